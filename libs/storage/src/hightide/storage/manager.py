@@ -1,0 +1,255 @@
+"""A log directory: every partition log a broker keeps in it, and the files that belong to the directory.
+
+Room: libs/storage. Kafka's LogManager, for one log dir:
+
+    <log dir>/
+      .lock                               held (flock) while a broker owns the dir
+      .kafka_cleanshutdown                present only between a clean shutdown and the next start
+      recovery-point-offset-checkpoint    topic partition offset: flushed up to here
+      log-start-offset-checkpoint         topic partition offset: the low watermark
+      replication-offset-checkpoint       topic partition offset: the high watermark (written by the replica layer)
+      <topic>-<partition>/                one PartitionLog each
+      <topic>-<partition>.<uuid>-delete/  a deleted partition awaiting removal
+
+The marker keeps Kafka's name and JSON body (`{"version":0,"brokerEpoch":N}`), so Kafka's tools recognise a
+Hightide log dir, and the broker epoch it records lets the controller tell a clean restart from an unclean one
+(KIP-966). Without the marker, every log recovers from its checkpointed recovery point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from hightide.protocol.errors import ErrorCode
+from hightide.storage.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+    TopicPartition,
+    fsync_directory,
+)
+from hightide.storage.config import LogConfig
+from hightide.storage.errors import StorageError
+from hightide.storage.log import DeletedSegment, PartitionLog
+
+CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
+LOCK_FILE: Final = ".lock"
+DELETE_DIR_SUFFIX: Final = "-delete"
+_LEGAL_TOPIC: Final = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_PARTITION_DIR: Final = re.compile(r"(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)")
+
+
+def validate_topic_name(topic: str) -> None:
+    """Kafka's rule: 1 to 249 of [a-zA-Z0-9._-], and not '.' or '..'."""
+    if not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", ".."):
+        raise StorageError(f"illegal topic name {topic!r}", ErrorCode.INVALID_TOPIC_EXCEPTION)
+
+
+def partition_dir_name(tp: TopicPartition) -> str:
+    return f"{tp.topic}-{tp.partition}"
+
+
+def parse_partition_dir(name: str) -> TopicPartition | None:
+    match = _PARTITION_DIR.fullmatch(name)
+    if match is None:
+        return None
+    return TopicPartition(match["topic"], int(match["partition"]))
+
+
+@dataclass(frozen=True, slots=True)
+class CleanShutdown:
+    broker_epoch: int
+
+
+class LogManager:
+    """Every partition log in one log dir. Synchronous; one task owns it."""
+
+    def __init__(self, log_dir: Path, default_config: LogConfig) -> None:
+        self.log_dir = log_dir
+        self.default_config = default_config
+        self.logs: dict[TopicPartition, PartitionLog] = {}
+        self.previous_clean_shutdown: CleanShutdown | None = None
+        self._lock_fd = -1
+        self._recovery_points = OffsetCheckpointFile(log_dir / RECOVERY_POINT_OFFSET_CHECKPOINT)
+        self._log_start_offsets = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT)
+        self._high_watermarks = OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT)
+
+    @classmethod
+    def open(
+        cls,
+        log_dir: Path,
+        default_config: LogConfig,
+        now_ms: int,
+        topic_configs: dict[str, LogConfig] | None = None,
+    ) -> LogManager:
+        """Lock the dir, finish interrupted deletions, and load (recovering if needed) every partition log."""
+        log_dir.mkdir(parents=True, exist_ok=True)
+        manager = cls(log_dir, default_config)
+        manager._lock()
+        try:
+            manager._load(now_ms, topic_configs or {})
+        except BaseException:
+            manager._unlock()
+            raise
+        return manager
+
+    def _lock(self) -> None:
+        fd = os.open(self.log_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StorageError(f"{self.log_dir} is in use by another process") from None
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _load(self, now_ms: int, topic_configs: dict[str, LogConfig]) -> None:
+        self.remove_deleted_logs()
+        marker = self.log_dir / CLEAN_SHUTDOWN_FILE
+        self.previous_clean_shutdown = _read_clean_shutdown(marker)
+        clean = self.previous_clean_shutdown is not None
+        recovery_points = self._recovery_points.read()
+        log_start_offsets = self._log_start_offsets.read()
+        for tp, directory in self._partition_dirs():
+            self.logs[tp] = PartitionLog.open(
+                directory,
+                tp,
+                topic_configs.get(tp.topic, self.default_config),
+                now_ms,
+                recovery_point=recovery_points.get(tp, 0),
+                log_start_offset=log_start_offsets.get(tp, 0),
+                clean_shutdown=clean,
+            )
+        # From here on a crash must be treated as unclean: the marker goes before anything is written.
+        if clean:
+            marker.unlink()
+            fsync_directory(self.log_dir)
+
+    def _partition_dirs(self) -> Iterator[tuple[TopicPartition, Path]]:
+        for path in sorted(self.log_dir.iterdir()):
+            if path.is_dir():
+                tp = parse_partition_dir(path.name)
+                if tp is not None:
+                    yield tp, path
+
+    # -- partitions ----------------------------------------------------------------------------------------
+
+    def get_log(self, tp: TopicPartition) -> PartitionLog | None:
+        return self.logs.get(tp)
+
+    def get_or_create_log(self, tp: TopicPartition, now_ms: int, config: LogConfig | None = None) -> PartitionLog:
+        existing = self.logs.get(tp)
+        if existing is not None:
+            return existing
+        validate_topic_name(tp.topic)
+        if tp.partition < 0:
+            raise StorageError(f"illegal partition {tp.partition}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        log = PartitionLog.open(
+            self.log_dir / partition_dir_name(tp),
+            tp,
+            config or self.default_config,
+            now_ms,
+            clean_shutdown=True,
+        )
+        fsync_directory(self.log_dir)
+        self.logs[tp] = log
+        return log
+
+    def delete_log(self, tp: TopicPartition) -> Path:
+        """Stop serving the partition and rename its dir `<topic>-<partition>.<uuid>-delete`; the files are
+        removed later by `remove_deleted_logs` (Kafka waits `file.delete.delay.ms` so readers finish)."""
+        log = self.logs.pop(tp, None)
+        if log is None:
+            raise StorageError(f"no log for {tp}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        log.close()
+        doomed = self.log_dir / f"{partition_dir_name(tp)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        os.replace(log.directory, doomed)
+        fsync_directory(self.log_dir)
+        return doomed
+
+    def remove_deleted_logs(self) -> list[Path]:
+        removed = []
+        for path in sorted(self.log_dir.iterdir()):
+            if path.is_dir() and path.name.endswith(DELETE_DIR_SUFFIX):
+                shutil.rmtree(path)
+                removed.append(path)
+        return removed
+
+    # -- periodic work -------------------------------------------------------------------------------------
+
+    def flush_due_logs(self, now_ms: int) -> list[TopicPartition]:
+        return [tp for tp, log in self.logs.items() if log.flush_if_due(now_ms)]
+
+    def run_retention(self, now_ms: int) -> dict[TopicPartition, list[DeletedSegment]]:
+        result = {}
+        for tp, log in self.logs.items():
+            deleted = log.delete_old_segments(now_ms)
+            if deleted:
+                result[tp] = deleted
+        return result
+
+    def checkpoint_recovery_points(self) -> None:
+        self._recovery_points.write({tp: log.recovery_point for tp, log in self.logs.items()})
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self._log_start_offsets.write({tp: log.log_start_offset for tp, log in self.logs.items()})
+
+    def checkpoint_high_watermarks(self) -> None:
+        self._high_watermarks.write({tp: log.high_watermark for tp, log in self.logs.items()})
+
+    def read_high_watermarks(self) -> dict[TopicPartition, int]:
+        return self._high_watermarks.read()
+
+    # -- shutdown ------------------------------------------------------------------------------------------
+
+    def shutdown(self, broker_epoch: int = -1) -> None:
+        """Kafka's clean shutdown: flush and close every log, write the checkpoints, then the marker."""
+        for log in self.logs.values():
+            log.close()
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+        marker = self.log_dir / CLEAN_SHUTDOWN_FILE
+        with open(marker, "w", encoding="utf-8") as f:
+            json.dump({"version": 0, "brokerEpoch": broker_epoch}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_directory(self.log_dir)
+        self.logs.clear()
+        self._unlock()
+
+    def abandon(self) -> None:
+        """Let go of every file as a killed process would: no flush, no checkpoint, no marker (for tests)."""
+        for log in self.logs.values():
+            log.abandon()
+        self.logs.clear()
+        self._unlock()
+
+
+def _read_clean_shutdown(marker: Path) -> CleanShutdown | None:
+    """The marker's broker epoch; an unreadable marker still means a clean shutdown (Kafka's older brokers
+    wrote it empty), with an unknown epoch."""
+    try:
+        text = marker.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        epoch = json.loads(text).get("brokerEpoch", -1)
+        if isinstance(epoch, int):
+            return CleanShutdown(epoch)
+    return CleanShutdown(-1)

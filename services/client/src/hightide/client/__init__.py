@@ -1,0 +1,1 @@
+"""hightide.client: the hightide CLI and the client library."""

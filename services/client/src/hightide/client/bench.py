@@ -1,0 +1,237 @@
+"""Benchmarks: numbers printed beside their goals and baselines, never asserted.
+
+Room: services/client (the `hightide bench` command). Each workload measures one thing and, where a goal is a
+ratio, the baseline it is a ratio of, in the same run, on the same disk:
+
+| workload  | measures                                                         | goal                     |
+| --------- | ---------------------------------------------------------------- | ------------------------ |
+| append    | leader append MB/s of 16 KiB batches vs raw os.write of the same | >= 70% of raw            |
+| read      | sequential fetch-style reads (1 MiB max bytes) MB/s              | (reported)               |
+| encode    | RecordBatch encode, 100-byte records, ~16 KiB batches, records/s | >= 500,000 records/s     |
+| recovery  | open a 1 GiB log after a crash, with and without a recovery point| <= 1 s with one          |
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Final
+
+from hightide.protocol.records import encode_batch, iter_batch_headers
+from hightide.storage.checkpoint import TopicPartition
+from hightide.storage.config import LogConfig
+from hightide.storage.log import PartitionLog
+
+MIB: Final = 1024 * 1024
+BATCH_BYTES: Final = 16 * 1024
+RECORD_BYTES: Final = 100
+TP: Final = TopicPartition("bench", 0)
+WORKLOADS: Final = ("append", "read", "encode", "recovery")
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One measured number, with its baseline and goal where it has them."""
+
+    workload: str
+    name: str
+    value: float
+    unit: str
+    baseline: float | None = None
+    goal: str | None = None
+    met: bool | None = None
+
+    def line(self) -> str:
+        text = f"{self.workload:<9} {self.name:<44} {self.value:>14,.2f} {self.unit:<10}"
+        if self.baseline is not None:
+            text += f" baseline {self.baseline:,.2f}"
+        if self.goal is not None:
+            text += f"  goal {self.goal}: {'met' if self.met else 'NOT met'}"
+        return text
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _producer_batch() -> bytes:
+    """A 16 KiB batch of 100-byte records, as a producer with batch.size=16384 sends it."""
+    count = BATCH_BYTES // (RECORD_BYTES + 8)
+    values = [os.urandom(RECORD_BYTES) for _ in range(count)]
+    return encode_batch(values, timestamps=_now_ms())
+
+
+def _raw_write_seconds(path: Path, data: bytes, count: int) -> float:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    try:
+        start = time.perf_counter()
+        for _ in range(count):
+            os.write(fd, data)
+        return time.perf_counter() - start
+    finally:
+        os.close(fd)
+
+
+def _append_seconds(directory: Path, data: bytes, count: int) -> tuple[float, PartitionLog]:
+    log = PartitionLog.open(directory, TP, LogConfig(), _now_ms(), clean_shutdown=True)
+    now_ms = _now_ms()
+    start = time.perf_counter()
+    for _ in range(count):
+        log.append_as_leader(data, leader_epoch=0, now_ms=now_ms)
+    return time.perf_counter() - start, log
+
+
+def bench_append_and_read(work: Path, total_mib: int, rounds: int = 5) -> list[Figure]:
+    """Rounds of raw write then append of the same bytes; each append is compared with the raw write just
+    before it (page-cache speed drifts between rounds), and the median of those ratios is reported."""
+    data = _producer_batch()
+    count = total_mib * MIB // len(data)
+    megabytes = count * len(data) / MIB
+    raw_runs, append_runs, read_runs, ratios = [], [], [], []
+    for round_number in range(rounds):
+        raw_file = work / f"raw-{round_number}.bin"
+        raw_seconds = _raw_write_seconds(raw_file, data, count)
+        raw_file.unlink()
+        directory = work / f"append-{round_number}"
+        append_seconds, log = _append_seconds(directory, data, count)
+        raw_runs.append(megabytes / raw_seconds)
+        append_runs.append(megabytes / append_seconds)
+        ratios.append(raw_seconds / append_seconds)
+        read_runs.append(megabytes / _read_all_seconds(log))
+        log.close()
+        shutil.rmtree(directory)
+    raw, append, ratio = (statistics.median(runs) for runs in (raw_runs, append_runs, ratios))
+    overhead_us = (MIB / append - MIB / raw) * 1e6 * len(data) / MIB / MIB
+    return [
+        Figure("append", f"raw os.write of {len(data)}-byte buffers", raw, "MB/s"),
+        Figure("append", f"leader append of {len(data)}-byte batches", append, "MB/s", raw),
+        Figure(
+            "append",
+            "append / raw write (median of paired rounds)",
+            ratio * 100,
+            "%",
+            None,
+            ">= 70%",
+            ratio >= 0.70,
+        ),
+        Figure("append", "append cost beyond the write itself", overhead_us, "us/batch"),
+        Figure("read", "sequential read, 1 MiB fetches", statistics.median(read_runs), "MB/s"),
+    ]
+
+
+def _read_all_seconds(log: PartitionLog) -> float:
+    offset, end = log.log_start_offset, log.log_end_offset
+    start = time.perf_counter()
+    while offset < end:
+        data = log.read(offset, MIB)
+        # The next fetch offset is the last batch's next offset; a fetcher finds it from the header it has.
+        offset = _next_offset(data)
+    return time.perf_counter() - start
+
+
+def _next_offset(data: bytes) -> int:
+    last = None
+    for _, header in iter_batch_headers(data):
+        last = header
+    assert last is not None
+    return last.next_offset
+
+
+def bench_encode(seconds: float) -> list[Figure]:
+    count = BATCH_BYTES // (RECORD_BYTES + 8)
+    values = [os.urandom(RECORD_BYTES) for _ in range(count)]
+    timestamp = _now_ms()
+    encoded = 0
+    deadline = time.perf_counter() + seconds
+    start = time.perf_counter()
+    while time.perf_counter() < deadline:
+        for _ in range(50):
+            encode_batch(values, timestamps=timestamp)
+        encoded += 50 * count
+    rate = encoded / (time.perf_counter() - start)
+    return [
+        Figure(
+            "encode",
+            f"encode_batch, {RECORD_BYTES}-byte records, {count}/batch",
+            rate,
+            "records/s",
+            None,
+            ">= 500,000/s",
+            rate >= 500_000,
+        )
+    ]
+
+
+def bench_recovery(work: Path, total_mib: int) -> list[Figure]:
+    directory = work / "recovery"
+    data = _producer_batch()
+    count = total_mib * MIB // len(data)
+    _, log = _append_seconds(directory, data, count)
+    log.flush()
+    for _ in range(64):  # a last MiB written after the last flush: what a crash leaves unflushed
+        log.append_as_leader(data, leader_epoch=0, now_ms=_now_ms())
+    recovery_point, end = log.recovery_point, log.log_end_offset
+    log.abandon()
+
+    with_point = _timed_open(directory, recovery_point, end)
+    without_point = _timed_open(directory, 0, end)
+    shutil.rmtree(directory)
+    size = f"{(count + 64) * len(data) / MIB / 1024:.2f} GiB"
+    return [
+        Figure(
+            "recovery",
+            f"{size}, recovery point 1 MiB from the end",
+            with_point,
+            "s",
+            None,
+            "<= 1 s",
+            with_point <= 1.0,
+        ),
+        Figure("recovery", f"{size}, no recovery point (validate all)", without_point, "s"),
+    ]
+
+
+def _timed_open(directory: Path, recovery_point: int, expected_end: int) -> float:
+    start = time.perf_counter()
+    log = PartitionLog.open(directory, TP, LogConfig(), _now_ms(), recovery_point=recovery_point)
+    seconds = time.perf_counter() - start
+    assert log.log_end_offset == expected_end, (log.log_end_offset, expected_end)
+    log.abandon()
+    return seconds
+
+
+def run(workloads: list[str], data_dir: Path, duration_s: float, size_mib: int, recovery_mib: int) -> list[Figure]:
+    work = data_dir / f"bench-{os.getpid()}"
+    work.mkdir(parents=True, exist_ok=True)
+    figures: list[Figure] = []
+    steps: dict[str, Callable[[], list[Figure]]] = {
+        "append": lambda: bench_append_and_read(work, size_mib),
+        "encode": lambda: bench_encode(duration_s),
+        "recovery": lambda: bench_recovery(work, recovery_mib),
+    }
+    try:
+        for name in workloads:
+            if name == "read" and "append" in workloads:
+                continue  # measured with append, on the log it wrote
+            figures += steps["append" if name == "read" else name]()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if workloads == ["read"]:
+        figures = [f for f in figures if f.workload == "read"]
+    return figures
+
+
+def print_figures(figures: list[Figure], output_format: str) -> None:
+    if output_format == "json":
+        json.dump([asdict(f) for f in figures], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    for figure in figures:
+        print(figure.line())

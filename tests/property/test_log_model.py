@@ -1,0 +1,198 @@
+"""The partition log against an in-memory model, under random appends, reads, rolls, retention, truncation
+and crashes (with and without a torn unflushed tail).
+
+Method: hypothesis stateful testing. The model is a list of batches (offsets, values, size); after every step
+the whole log, read batch by batch from the log start offset, must equal the model from the same offset, and
+the offsets the log reports must equal the model's.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from hightide.protocol.records import decode_batches, encode_batch
+from hightide.storage.config import LogConfig
+from hightide.storage.log import PartitionLog
+from support.logs import TP
+
+CONFIG = LogConfig(segment_bytes=700, index_interval_bytes=150, segment_ms=5_000, retention_ms=20_000)
+
+
+@dataclass(frozen=True)
+class ModelBatch:
+    base_offset: int
+    values: tuple[bytes, ...]
+    timestamp: int
+    size: int
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + len(self.values)
+
+
+class LogMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = Path(tempfile.mkdtemp(prefix="hightide-model-"))
+        self.now_ms = 0
+        self.log = PartitionLog.open(self.root / str(TP), TP, CONFIG, self.now_ms, clean_shutdown=True)
+        self.batches: list[ModelBatch] = []
+        self.log_start_offset = 0
+        self.counter = 0
+
+    def teardown(self) -> None:
+        self.log.abandon()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.batches[-1].next_offset if self.batches else self.log_start_offset
+
+    # -- rules -----------------------------------------------------------------------------------------
+
+    @rule(count=st.integers(1, 6), value_size=st.integers(0, 60), advance_ms=st.integers(0, 3_000))
+    def append(self, count: int, value_size: int, advance_ms: int) -> None:
+        self.now_ms += advance_ms
+        values = tuple(f"{self.counter}.{i}".encode().ljust(value_size, b"v") for i in range(count))
+        self.counter += 1
+        data = encode_batch(list(values), timestamps=self.now_ms)
+        info = self.log.append_as_leader(data, leader_epoch=self.counter % 3, now_ms=self.now_ms)
+        assert info.first_offset == self.log_end_offset
+        self.batches.append(ModelBatch(info.first_offset, values, self.now_ms, len(data)))
+
+    @rule(offset_fraction=st.floats(0, 1), max_bytes=st.integers(0, 2_000))
+    def read_somewhere(self, offset_fraction: float, max_bytes: int) -> None:
+        start = self.log_start_offset + int(offset_fraction * (self.log_end_offset - self.log_start_offset))
+        data = self.log.read(start, max_bytes)
+        expected = [b for b in self.batches if b.next_offset > start]
+        got = decode_batches(data)
+        if start < self.log_end_offset:
+            assert got, "a read below the LEO returns at least one batch"
+        assert len(data) <= max_bytes or len(got) == 1
+        for (header, records), model in zip(got, expected, strict=False):
+            assert header.base_offset == model.base_offset
+            assert tuple(r.value for r in records) == model.values
+
+    @rule()
+    def roll(self) -> None:
+        self.log.roll(self.now_ms)
+
+    @rule(fraction=st.floats(0, 1))
+    def advance_high_watermark(self, fraction: float) -> None:
+        span = self.log_end_offset - self.log_start_offset
+        self.log.update_high_watermark(self.log_start_offset + int(fraction * span))
+
+    @rule(advance_ms=st.integers(0, 30_000))
+    def retention(self, advance_ms: int) -> None:
+        self.now_ms += advance_ms
+        high_watermark = self.log.high_watermark
+        deleted = self.log.delete_old_segments(self.now_ms)
+        assert self.log.log_start_offset <= max(high_watermark, self.log_start_offset)
+        for segment in deleted:
+            assert segment.next_offset <= high_watermark
+        self._drop_below(self.log.log_start_offset)
+
+    @rule(fraction=st.floats(0, 1))
+    def delete_records(self, fraction: float) -> None:
+        span = self.log.high_watermark - self.log_start_offset
+        target = self.log_start_offset + int(fraction * span)
+        assert self.log.delete_records(target, self.now_ms) == max(target, self.log_start_offset)
+        self._drop_below(target)
+
+    @precondition(lambda self: self.batches)
+    @rule(fraction=st.floats(0, 1))
+    def truncate(self, fraction: float) -> None:
+        target = self.log_start_offset + int(fraction * (self.log_end_offset - self.log_start_offset))
+        self.log.truncate_to(target, self.now_ms)
+        self.batches = [b for b in self.batches if b.next_offset <= target]
+        if self.log.log_start_offset < self.log_start_offset:  # truncated below the start: starts over
+            self.log_start_offset = self.log.log_start_offset
+            self.batches = []
+
+    @rule()
+    def flush(self) -> None:
+        self.log.flush()
+        assert self.log.recovery_point == self.log_end_offset
+
+    @rule(clean=st.booleans(), tear_fraction=st.floats(0, 1))
+    def restart(self, clean: bool, tear_fraction: float) -> None:
+        """A clean restart, or a crash that may tear the unflushed tail of the active segment."""
+        recovery_point = self.log.recovery_point
+        high_watermark = self.log.high_watermark
+        if clean:
+            self.log.close()
+        else:
+            self.log.abandon()
+            self._tear_unflushed_tail(recovery_point, tear_fraction)
+        self.log = PartitionLog.open(
+            self.root / str(TP),
+            TP,
+            CONFIG,
+            self.now_ms,
+            recovery_point=recovery_point,
+            log_start_offset=self.log_start_offset,
+            clean_shutdown=clean,
+        )
+        self.log.update_high_watermark(high_watermark)
+
+    def _tear_unflushed_tail(self, recovery_point: int, fraction: float) -> None:
+        active = self.log.active_segment
+        unflushed = [b for b in self.batches if b.base_offset >= max(recovery_point, active.base_offset)]
+        tearable = sum(b.size for b in unflushed)
+        cut = int(fraction * tearable)
+        if cut == 0:
+            return
+        with open(active.log_path, "r+b") as f:
+            f.truncate(active.size - cut)
+        kept, remaining = [], tearable - cut
+        for model_batch in unflushed:
+            if model_batch.size <= remaining:
+                kept.append(model_batch)
+                remaining -= model_batch.size
+            else:
+                break
+        lost = unflushed[len(kept) :]
+        self.batches = self.batches[: len(self.batches) - len(lost)]
+
+    def _drop_below(self, offset: int) -> None:
+        self.log_start_offset = max(self.log_start_offset, offset)
+        self.batches = [b for b in self.batches if b.next_offset > self.log_start_offset]
+
+    # -- invariants ------------------------------------------------------------------------------------
+
+    @invariant()
+    def offsets_match_the_model(self) -> None:
+        assert self.log.log_start_offset == self.log_start_offset
+        assert self.log.log_end_offset == self.log_end_offset
+        assert self.log.log_start_offset <= self.log.high_watermark <= self.log.log_end_offset
+        assert self.log.recovery_point <= self.log.log_end_offset
+
+    @invariant()
+    def the_whole_log_equals_the_model(self) -> None:
+        offset, seen = self.log_start_offset, []
+        while offset < self.log.log_end_offset:
+            chunk = decode_batches(self.log.read(offset, 1_000))
+            assert chunk
+            seen.extend(chunk)
+            offset = chunk[-1][0].next_offset
+        assert [(h.base_offset, tuple(r.value for r in records)) for h, records in seen] == [
+            (b.base_offset, b.values) for b in self.batches
+        ]
+
+    @invariant()
+    def segments_are_contiguous(self) -> None:
+        segments = self.log.segments
+        for earlier, later in pairwise(segments):
+            assert earlier.next_offset <= later.base_offset
+
+
+LogMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
+TestLogAgainstModel = LogMachine.TestCase

@@ -1,0 +1,381 @@
+"""The partition log behaves like Kafka's: layout, index rule, rolls, reads, retention, truncation, flushing.
+
+Method: given a log in a temporary directory with small segments, when batches are appended and maintenance
+runs at explicit times (`now_ms`), then offsets, file names, bytes on disk and reads are exactly Kafka's.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import crc32c
+import pytest
+
+from hightide.protocol.errors import ErrorCode
+from hightide.protocol.records import encode_batch, read_batch_header
+from hightide.storage.errors import OffsetOutOfRange, StorageError
+from hightide.storage.log import PartitionLog
+from support.logs import TP, batch, batch_of_size, open_log, values
+
+# -- layout and offsets --------------------------------------------------------------------------------------
+
+
+def test_a_partition_is_a_directory_of_segments_named_by_20_digit_base_offset(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=200)
+    for _ in range(6):
+        log.append_as_leader(batch(5, value_size=10), leader_epoch=0, now_ms=0)
+    names = sorted(p.name for p in (tmp_path / "orders-3").iterdir())
+    assert names[:3] == [
+        "00000000000000000000.index",
+        "00000000000000000000.log",
+        "00000000000000000000.timeindex",
+    ]
+    bases = [segment.base_offset for segment in log.segments]
+    assert bases[0] == 0 and len(bases) > 1
+    assert all(f"{base:020d}.log" in names for base in bases)
+
+
+def test_leader_append_assigns_offsets_from_the_log_end_and_stamps_the_leader_epoch(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    first = log.append_as_leader(batch(3), leader_epoch=7, now_ms=0)
+    second = log.append_as_leader(batch(2, tag=1), leader_epoch=8, now_ms=0)
+    assert (first.first_offset, first.last_offset, second.first_offset, second.last_offset) == (0, 2, 3, 4)
+    assert second.epoch_starts == ((8, 3),)
+    assert log.log_end_offset == 5
+    data = log.read(0, 10_000)
+    headers = [read_batch_header(data, 0), read_batch_header(data, read_batch_header(data, 0).size)]
+    assert [(h.base_offset, h.partition_leader_epoch) for h in headers] == [(0, 7), (3, 8)]
+    produced_values = [value for _, value in values(batch(3)) + values(batch(2, tag=1))]
+    assert values(data) == list(enumerate(produced_values))
+
+
+def test_leader_append_keeps_the_batch_bytes_after_the_patched_prefix(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    produced = batch(4)
+    log.append_as_leader(batch(1), leader_epoch=0, now_ms=0)
+    log.append_as_leader(produced, leader_epoch=2, now_ms=0)
+    stored = (tmp_path / "orders-3" / "00000000000000000000.log").read_bytes()[len(batch(1)) :]
+    assert stored[:8] == struct.pack(">q", 1)
+    assert stored[12:16] == struct.pack(">i", 2)
+    assert stored[8:12] == produced[8:12] and stored[16:] == produced[16:]
+
+
+def test_follower_append_keeps_the_leaders_offsets_and_rejects_going_backwards(tmp_path: Path) -> None:
+    leader = open_log(tmp_path / "leader")
+    leader.append_as_leader(batch(3), leader_epoch=1, now_ms=0)
+    leader.append_as_leader(batch(2, tag=1), leader_epoch=2, now_ms=0)
+    follower = open_log(tmp_path / "follower")
+    info = follower.append_as_follower(leader.read(0, 10_000), now_ms=0)
+    assert info.epoch_starts == ((1, 0), (2, 3))
+    assert follower.read(0, 10_000) == leader.read(0, 10_000)
+    with pytest.raises(StorageError, match="does not continue the log") as raised:
+        follower.append_as_follower(leader.read(3, 10_000), now_ms=0)
+    assert raised.value.error_code is ErrorCode.INVALID_RECORD
+    assert follower.log_end_offset == 5
+
+
+# -- the index rule (worked example from Kafka's LogSegment.append) ------------------------------------------
+
+
+def test_index_entry_added_when_more_than_index_interval_bytes_since_the_last(tmp_path: Path) -> None:
+    # Eleven 1000-byte batches of ten records: entries at (59, 5000) and (109, 10000), none for the first append.
+    log = open_log(tmp_path, index_interval_bytes=4096)
+    produced = batch_of_size(1000, count=10)
+    for _ in range(11):
+        log.append_as_leader(produced, leader_epoch=0, now_ms=0)
+    log.flush()
+    index = (tmp_path / "orders-3" / "00000000000000000000.index").read_bytes()
+    assert index == struct.pack(">ii", 59, 5000) + struct.pack(">ii", 109, 10000)
+    # The time index points at the batch where the maximum timestamp (all are 1000) was first reached.
+    timeindex = (tmp_path / "orders-3" / "00000000000000000000.timeindex").read_bytes()
+    assert timeindex == struct.pack(">qi", 1000, 9)
+
+
+# -- rolling --------------------------------------------------------------------------------------------------
+
+
+def test_roll_when_the_next_batch_would_pass_segment_bytes(tmp_path: Path) -> None:
+    produced = batch_of_size(100, count=1)
+    log = open_log(tmp_path, segment_bytes=350)
+    for _ in range(4):
+        info = log.append_as_leader(produced, leader_epoch=0, now_ms=0)
+    assert [(s.base_offset, s.size) for s in log.segments] == [(0, 300), (3, 100)]
+    assert info.rolled_to == 3
+
+
+def test_roll_when_the_segment_is_older_than_segment_ms_by_record_timestamps(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_ms=1000)
+    log.append_as_leader(batch(1, timestamp=10_000), leader_epoch=0, now_ms=10_000)
+    log.append_as_leader(batch(1, timestamp=11_000), leader_epoch=0, now_ms=11_000)
+    assert len(log.segments) == 1
+    info = log.append_as_leader(batch(1, timestamp=11_001), leader_epoch=0, now_ms=11_001)
+    assert info.rolled_to == 2 and [s.base_offset for s in log.segments] == [0, 2]
+
+
+def test_an_empty_segment_never_rolls_for_age(tmp_path: Path) -> None:
+    log = open_log(tmp_path, now_ms=0, segment_ms=10)
+    info = log.append_as_leader(batch(1, timestamp=10**6), leader_epoch=0, now_ms=10**6)
+    assert info.rolled_to is None and len(log.segments) == 1
+
+
+def test_roll_when_the_offset_index_is_full(tmp_path: Path) -> None:
+    # segment.index.bytes=36 holds 4 offset entries (and 3 time entries, but one timestamp needs just one);
+    # with index.interval.bytes=0 every batch after the first adds an offset entry.
+    log = open_log(tmp_path, segment_index_bytes=36, index_interval_bytes=0)
+    for _ in range(7):
+        log.append_as_leader(batch(1), leader_epoch=0, now_ms=0)
+    assert log.segments[0].offset_index.entries == 4
+    assert [s.base_offset for s in log.segments] == [0, 5]
+
+
+def test_roll_when_offsets_no_longer_fit_a_relative_offset(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(1), leader_epoch=0, now_ms=0)
+    far = encode_batch([b"far"], base_offset=2**31 + 5, timestamps=1_000)
+    info = log.append_as_follower(far, now_ms=0)
+    assert info.rolled_to == 2**31 + 5
+    assert [s.base_offset for s in log.segments] == [0, 2**31 + 5]
+
+
+# -- reading --------------------------------------------------------------------------------------------------
+
+
+def test_read_returns_whole_batches_up_to_max_bytes_from_the_batch_holding_the_offset(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=500)
+    produced = batch_of_size(100, count=5)
+    for _ in range(12):
+        log.append_as_leader(produced, leader_epoch=0, now_ms=0)
+    assert [offset for offset, _ in values(log.read(7, 250))] == list(range(5, 15))
+    assert len(log.read(7, 99)) == 100  # at least one batch (KIP-74)
+    assert log.read(7, 99, min_one_batch=False) == b""
+    # Reads stop at the segment's end; the next read continues in the next segment.
+    assert [offset for offset, _ in values(log.read(20, 10_000))] == list(range(20, 25))
+    assert [offset for offset, _ in values(log.read(25, 100))] == list(range(25, 30))
+
+
+def test_read_never_returns_a_batch_reaching_max_offset(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    for tag in range(3):
+        log.append_as_leader(batch(2, tag=tag), leader_epoch=0, now_ms=0)
+    assert [o for o, _ in values(log.read(0, 10_000, max_offset=4))] == [0, 1, 2, 3]
+    assert [o for o, _ in values(log.read(0, 10_000, max_offset=3))] == [0, 1]
+    assert log.read(4, 10_000, max_offset=4) == b""
+
+
+def test_read_outside_the_log_is_offset_out_of_range(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(2), leader_epoch=0, now_ms=0)
+    assert log.read(2, 100) == b""
+    for offset in (-1, 3):
+        with pytest.raises(OffsetOutOfRange) as raised:
+            log.read(offset, 100)
+        assert raised.value.error_code is ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def test_lookup_by_timestamp_finds_the_first_record_at_or_after_it(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=300, index_interval_bytes=50)
+    for i in range(20):
+        log.append_as_leader(
+            encode_batch([b"a", b"b"], timestamps=[1000 + 10 * i, 1005 + 10 * i]), leader_epoch=0, now_ms=0
+        )
+    assert log.offset_for_timestamp(0) == (1000, 0)
+    assert log.offset_for_timestamp(1001) == (1005, 1)
+    assert log.offset_for_timestamp(1006) == (1010, 2)
+    assert log.offset_for_timestamp(1195) == (1195, 39)
+    assert log.offset_for_timestamp(1196) is None
+
+
+# -- retention ------------------------------------------------------------------------------------------------
+
+
+def _three_segments(tmp_path: Path, **config: int) -> PartitionLog:
+    """Batches of 5 records, 100 bytes, timestamps 1000, 2000, ... 6000; two batches per segment."""
+    log = open_log(tmp_path, segment_bytes=250, **config)
+    for i in range(6):
+        log.append_as_leader(batch_of_size(100, count=5, timestamp=1000 * (i + 1)), 0, now_ms=0)
+    assert [s.base_offset for s in log.segments] == [0, 10, 20]
+    return log
+
+
+def test_retention_ms_deletes_old_segments_below_the_high_watermark_and_moves_log_start(
+    tmp_path: Path,
+) -> None:
+    log = _three_segments(tmp_path, retention_ms=2500)
+    assert log.delete_old_segments(now_ms=10_000) == []  # HW 0: nothing is deletable yet
+    log.update_high_watermark(30)
+    deleted = log.delete_old_segments(now_ms=4_600)  # segment 0's newest record is 2000, segment 10's is 4000
+    assert [(d.base_offset, d.reason) for d in deleted] == [(0, "retention.ms")]
+    assert log.log_start_offset == 10
+    assert not (tmp_path / "orders-3" / "00000000000000000000.log").exists()
+    with pytest.raises(OffsetOutOfRange):
+        log.read(9, 100)
+
+
+def test_retention_ms_may_delete_everything_and_leaves_an_empty_active_segment(tmp_path: Path) -> None:
+    log = _three_segments(tmp_path, retention_ms=10)
+    log.update_high_watermark(30)
+    deleted = log.delete_old_segments(now_ms=10**6)
+    assert [d.base_offset for d in deleted] == [0, 10, 20]
+    assert [(s.base_offset, s.size) for s in log.segments] == [(30, 0)]
+    assert (log.log_start_offset, log.log_end_offset) == (30, 30)
+
+
+def test_retention_bytes_deletes_oldest_segments_while_the_log_stays_above_the_limit(tmp_path: Path) -> None:
+    log = _three_segments(tmp_path, retention_bytes=250)
+    log.update_high_watermark(30)
+    deleted = log.delete_old_segments(now_ms=0)
+    assert [(d.base_offset, d.reason) for d in deleted] == [(0, "retention.bytes")]
+    assert log.size_bytes == 400 and log.log_start_offset == 10
+
+
+def test_retention_only_deletes_segments_wholly_below_the_high_watermark(tmp_path: Path) -> None:
+    log = _three_segments(tmp_path, retention_bytes=0)
+    log.update_high_watermark(15)
+    assert [d.base_offset for d in log.delete_old_segments(now_ms=0)] == [0]
+
+
+def test_delete_records_moves_log_start_to_the_offset_and_drops_segments_below_it(tmp_path: Path) -> None:
+    log = _three_segments(tmp_path)
+    with pytest.raises(OffsetOutOfRange):
+        log.delete_records(5, now_ms=0)  # above the HW (0)
+    log.update_high_watermark(30)
+    assert log.delete_records(23, now_ms=0) == 23
+    assert [s.base_offset for s in log.segments] == [20]
+    assert next(o for o, _ in values(log.read(23, 10_000))) == 20  # whole batch; consumers skip below 23
+    with pytest.raises(OffsetOutOfRange):
+        log.read(22, 100)
+
+
+# -- truncation -----------------------------------------------------------------------------------------------
+
+
+def test_truncate_to_removes_later_segments_and_the_suffix_of_the_one_holding_the_offset(
+    tmp_path: Path,
+) -> None:
+    log = _three_segments(tmp_path)
+    log.update_high_watermark(30)
+    log.truncate_to(15, now_ms=0)
+    assert [s.base_offset for s in log.segments] == [0, 10]
+    assert (log.log_end_offset, log.high_watermark) == (15, 15)
+    assert not (tmp_path / "orders-3" / "00000000000000000020.log").exists()
+    log.append_as_leader(batch(1), leader_epoch=1, now_ms=0)
+    assert [o for o, _ in values(log.read(15, 10_000))] == [15]
+
+
+def test_truncate_into_the_middle_of_a_batch_removes_the_whole_batch(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(3), leader_epoch=0, now_ms=0)
+    log.append_as_leader(batch(3, tag=1), leader_epoch=0, now_ms=0)
+    log.truncate_to(4, now_ms=0)
+    assert log.log_end_offset == 3
+
+
+def test_truncate_at_or_beyond_the_log_end_changes_nothing(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(3), leader_epoch=0, now_ms=0)
+    assert log.truncate_to(3, now_ms=0) == 0 and log.log_end_offset == 3
+
+
+def test_truncate_fully_and_start_at_an_offset(tmp_path: Path) -> None:
+    log = _three_segments(tmp_path)
+    log.truncate_fully_and_start_at(100, now_ms=0)
+    assert [(s.base_offset, s.size) for s in log.segments] == [(100, 0)]
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (100, 100, 100)
+    assert sorted(p.name for p in (tmp_path / "orders-3").glob("*.log")) == ["00000000000000000100.log"]
+    info = log.append_as_follower(encode_batch([b"x"], base_offset=100, timestamps=0), now_ms=0)
+    assert info.first_offset == 100
+
+
+def test_truncate_below_the_first_segment_starts_over(tmp_path: Path) -> None:
+    log = _three_segments(tmp_path)
+    log.update_high_watermark(30)
+    log.delete_records(20, now_ms=0)
+    log.truncate_to(5, now_ms=0)
+    assert (log.log_start_offset, log.log_end_offset) == (5, 5)
+
+
+# -- bad input changes nothing ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mangle", "code"),
+    [
+        (lambda b: b[:-1], ErrorCode.CORRUPT_MESSAGE),
+        (lambda b: b[:30] + bytes([b[30] ^ 1]) + b[31:], ErrorCode.CORRUPT_MESSAGE),
+        (lambda b: b[:16] + b"\x01" + b[17:], ErrorCode.CORRUPT_MESSAGE),
+        (lambda b: b"", ErrorCode.INVALID_RECORD),
+        (lambda b: b + b"\x00" * 10, ErrorCode.CORRUPT_MESSAGE),
+    ],
+)
+def test_a_bad_batch_is_rejected_with_a_kafka_error_and_the_log_is_unchanged(
+    tmp_path: Path, mangle: object, code: ErrorCode
+) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(2), leader_epoch=0, now_ms=0)
+    before = (tmp_path / "orders-3" / "00000000000000000000.log").read_bytes()
+    assert callable(mangle)
+    with pytest.raises(StorageError) as raised:
+        log.append_as_leader(mangle(batch(3, tag=1)), leader_epoch=0, now_ms=0)
+    assert raised.value.error_code is code
+    assert log.log_end_offset == 2
+    assert (tmp_path / "orders-3" / "00000000000000000000.log").read_bytes() == before
+
+
+def test_a_batch_over_max_message_bytes_is_record_too_large(tmp_path: Path) -> None:
+    log = open_log(tmp_path, max_message_bytes=200)
+    with pytest.raises(StorageError) as raised:
+        log.append_as_leader(batch_of_size(201, count=1), leader_epoch=0, now_ms=0)
+    assert raised.value.error_code is ErrorCode.RECORD_TOO_LARGE
+    assert log.log_end_offset == 0
+    log.append_as_leader(batch_of_size(200, count=1), leader_epoch=0, now_ms=0)
+    assert log.log_end_offset == 1
+
+
+def test_a_batch_whose_count_disagrees_with_its_offset_delta_is_invalid_record(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    produced = bytearray(batch(3))
+    produced[57:61] = struct.pack(">i", 4)  # the record count, under the CRC: sign the batch again
+    produced[17:21] = struct.pack(">I", crc32c.crc32c(bytes(produced[21:])))
+    with pytest.raises(StorageError) as raised:
+        log.append_as_leader(bytes(produced), leader_epoch=0, now_ms=0)
+    assert raised.value.error_code is ErrorCode.INVALID_RECORD
+
+
+# -- durability -------------------------------------------------------------------------------------------------
+
+
+def test_flush_messages_fsyncs_and_advances_the_recovery_point(tmp_path: Path) -> None:
+    log = open_log(tmp_path, flush_messages=5)
+    log.append_as_leader(batch(3), leader_epoch=0, now_ms=0)
+    assert log.recovery_point == 0
+    log.append_as_leader(batch(3, tag=1), leader_epoch=0, now_ms=0)
+    assert log.recovery_point == 6
+
+
+def test_flush_ms_flushes_when_due(tmp_path: Path) -> None:
+    log = open_log(tmp_path, now_ms=0, flush_ms=1000)
+    log.append_as_leader(batch(3), leader_epoch=0, now_ms=10)
+    assert not log.flush_if_due(now_ms=999) and log.recovery_point == 0
+    assert log.flush_if_due(now_ms=1000) and log.recovery_point == 3
+
+
+def test_by_default_only_a_roll_schedules_a_flush_of_the_finished_segment(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=150)
+    for _ in range(3):
+        log.append_as_leader(batch_of_size(100, count=2), leader_epoch=0, now_ms=0)
+    assert log.recovery_point == 0
+    assert log.flush_if_due(now_ms=1)
+    assert log.recovery_point == log.segments[-1].base_offset == 4
+    assert not log.flush_if_due(now_ms=2)
+
+
+def test_index_files_are_small_and_segment_files_hold_exactly_the_batches(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    produced = batch(4)
+    log.append_as_leader(produced, leader_epoch=0, now_ms=0)
+    directory = tmp_path / "orders-3"
+    assert os.path.getsize(directory / "00000000000000000000.log") == len(produced)
+    assert os.path.getsize(directory / "00000000000000000000.index") == 0
+    assert log.topic_partition == TP
