@@ -76,3 +76,13 @@ def test_malformed_leader_epoch_checkpoint_is_a_storage_error(tmp_path: Path, te
     with pytest.raises(CorruptCheckpoint, match=problem) as raised:
         LeaderEpochCheckpointFile(path).read()
     assert raised.value.error_code is ErrorCode.KAFKA_STORAGE_ERROR
+
+
+def test_a_temporary_file_left_by_a_crash_mid_write_does_not_change_what_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "replication-offset-checkpoint"
+    OffsetCheckpointFile(path).write({TopicPartition("foo", 0): 15})
+    (tmp_path / "replication-offset-checkpoint.tmp").write_bytes(b"0\n3\nfoo 0 9")  # torn, never renamed
+    assert OffsetCheckpointFile(path).read() == {TopicPartition("foo", 0): 15}
+    OffsetCheckpointFile(path).write({TopicPartition("foo", 0): 16})
+    assert OffsetCheckpointFile(path).read() == {TopicPartition("foo", 0): 16}
+    assert not (tmp_path / "replication-offset-checkpoint.tmp").exists()

@@ -379,3 +379,13 @@ def test_index_files_are_small_and_segment_files_hold_exactly_the_batches(tmp_pa
     assert os.path.getsize(directory / "00000000000000000000.log") == len(produced)
     assert os.path.getsize(directory / "00000000000000000000.index") == 0
     assert log.topic_partition == TP
+
+
+def test_roll_when_the_time_index_is_full(tmp_path: Path) -> None:
+    # segment.index.bytes=48: 6 offset entries but 4 time entries, one kept free, so 3 rising timestamps fill it.
+    log = open_log(tmp_path, segment_index_bytes=48, index_interval_bytes=0)
+    for timestamp in range(1000, 1006):
+        log.append_as_leader(batch(1, timestamp=timestamp), leader_epoch=0, now_ms=0)
+    # Full at three entries; the entry written on becoming inactive is skipped: 1003 is already the last one.
+    assert log.segments[0].time_index.entries == 3
+    assert [s.base_offset for s in log.segments] == [0, 4]

@@ -445,15 +445,16 @@ def test_a_truncated_batch_is_corrupt() -> None:
     assert "truncated" in str(rejection(lambda: decode_batches(data + data[:5])))
 
 
-def test_a_batch_over_the_size_limit_is_message_too_large_before_anything_else() -> None:
-    # Kafka's RecordTooLargeException travels as MESSAGE_TOO_LARGE (10); a size check comes before the CRC
+def test_a_batch_over_the_size_limit_is_record_too_large_before_anything_else() -> None:
+    # Kafka's RecordTooLargeException, which travels as MESSAGE_TOO_LARGE (10); the size check comes first
     data = encode_batch([b"a" * 100])
     assert validate_batches(data, max_batch_bytes=len(data))[0].size == len(data)
     error = rejection(lambda: validate_batches(data, max_batch_bytes=len(data) - 1))
-    assert error.error_code is ErrorCode.MESSAGE_TOO_LARGE
+    assert error.error_code is ErrorCode.RECORD_TOO_LARGE
+    assert str(error).startswith("MESSAGE_TOO_LARGE: batch at byte 0")
     assert f"{len(data)} bytes exceeds the limit of {len(data) - 1}" in str(error)
     damaged = flip_bit(data, 70 * 8)
-    assert rejection(lambda: validate_batches(damaged, max_batch_bytes=100)).error_code is ErrorCode.MESSAGE_TOO_LARGE
+    assert rejection(lambda: validate_batches(damaged, max_batch_bytes=100)).error_code is ErrorCode.RECORD_TOO_LARGE
 
 
 def test_snappy_and_unknown_codecs_are_unsupported_compression_types() -> None:

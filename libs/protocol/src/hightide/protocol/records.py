@@ -84,7 +84,7 @@ class InvalidRecordBatch(HightideError):
     """The one error of the record-batch boundary: bytes that are not a valid v2 batch.
 
     `error_code` is CORRUPT_MESSAGE for damaged framing, UNSUPPORTED_COMPRESSION_TYPE for a codec this
-    module cannot read, INVALID_RECORD for well-formed batches a leader must refuse, MESSAGE_TOO_LARGE for
+    module cannot read, INVALID_RECORD for well-formed batches a leader must refuse, RECORD_TOO_LARGE for
     a batch over the caller's size limit.
     """
 
@@ -298,7 +298,7 @@ def validate_batches(buf: Buffer, *, deep: bool = False, max_batch_bytes: int | 
             if size > max_batch_bytes:
                 raise InvalidRecordBatch(
                     f"batch at byte {pos}: {size} bytes exceeds the limit of {max_batch_bytes}",
-                    ErrorCode.MESSAGE_TOO_LARGE,
+                    ErrorCode.RECORD_TOO_LARGE,
                 )
         header = read_batch_header(buf, pos)
         check_crc(buf, pos, header)
