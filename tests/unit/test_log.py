@@ -248,6 +248,15 @@ def test_delete_records_moves_log_start_to_the_offset_and_drops_segments_below_i
         log.read(22, 100)
 
 
+def test_delete_records_to_minus_one_means_up_to_the_high_watermark(tmp_path: Path) -> None:
+    log = _three_segments(tmp_path)
+    log.update_high_watermark(12)
+    assert log.delete_records(-1, now_ms=0) == 12
+    assert [s.base_offset for s in log.segments] == [10, 20]
+    with pytest.raises(OffsetOutOfRange):
+        log.delete_records(-2, now_ms=0)
+
+
 # -- truncation -----------------------------------------------------------------------------------------------
 
 

@@ -53,6 +53,7 @@ from hightide.storage.segment import (
 
 _PREFIX: Final = struct.Struct(">qii")  # base offset, batch length, partition leader epoch: bytes 0..16
 _WRITEV_BUFFERS_MAX: Final = 512
+DELETE_RECORDS_TO_HIGH_WATERMARK: Final = -1
 
 
 class AppendInfo(NamedTuple):
@@ -438,8 +439,10 @@ class PartitionLog:
         return result
 
     def delete_records(self, offset: int, now_ms: int) -> int:
-        """Kafka's DeleteRecords: move the log start offset to `offset` (at most the HW) and delete segments
-        wholly below it. Returns the new log start offset."""
+        """Kafka's DeleteRecords: move the log start offset to `offset` (at most the HW; -1 means the HW, as in
+        Kafka's DeleteRecordsRequest) and delete segments wholly below it. Returns the new log start offset."""
+        if offset == DELETE_RECORDS_TO_HIGH_WATERMARK:
+            offset = self.high_watermark
         if offset < 0 or offset > self.high_watermark:
             raise OffsetOutOfRange(
                 f"{self.topic_partition}: cannot delete records before {offset}: the high watermark is "
