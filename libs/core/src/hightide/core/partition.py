@@ -1,0 +1,703 @@
+"""One partition as one broker's replica sees it, as leader or follower: Kafka's Partition.scala, pure.
+
+Room: libs/core. Inputs are decoded messages and the time (`now_ms`); outputs are effects (`hightide.core.effects`)
+in durability order. It never reads a disk, a socket or a clock: the shell appends, reads and sends.
+
+The leader's rules (Kafka's names in brackets):
+
+- HW [maybeIncrementLeaderHW]: no move while |committed ISR| < min(min.insync.replicas, RF); otherwise the least
+  LEO over the leader and every remote that is in the maximal ISR, or caught up and ISR-eligible; only upward.
+- caught up [isCaughtUp]: LEO == leader LEO, or now - last caught up <= replica.lag.time.max.ms.
+- expand [maybeExpandIsr]: nothing in flight, ISR-eligible, LEO >= HW and >= this epoch's start offset.
+- shrink [maybeShrinkIsr]: nothing in flight; ISR members no longer caught up, checked every lag / 2.
+- ISR changes [AlterPartition]: one proposal in flight; maximal ISR = committed | proposed, so a shrink never
+  raises the HW before the controller commits it, and an expansion counts the new member at once.
+- acks=all: NOT_ENOUGH_REPLICAS before the append if |ISR| < min ISR; answered when the HW passes the last
+  offset, with NOT_ENOUGH_REPLICAS_AFTER_APPEND if |maximal ISR| < min.insync.replicas by then.
+
+The follower's rules: fetch from the LEO with the latest epoch in the cache as `last_fetched_epoch`; on a
+diverging-epoch answer truncate where the leader's epochs say (never by its own HW); HW = min(leader HW, LEO).
+`legacy_truncate_to_high_watermark` restores the pre-KIP-101 rule (truncate to the own HW on becoming a
+follower, and no epochs in fetches) so the seeds' data-loss scenario can be reproduced and caught.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+from hightide.core.effects import (
+    CONTROLLER,
+    AppendAsFollower,
+    AppendAsLeader,
+    CompleteProduce,
+    Effect,
+    Emit,
+    Send,
+    ServeFetch,
+    Truncate,
+    TruncateFullyAndStartAt,
+    UpdateHighWatermark,
+    WriteEpochCheckpoint,
+)
+from hightide.core.epoch_cache import EpochEndOffset, EpochEntry, LeaderEpochCache
+from hightide.core.truncation import check_fetch_divergence, offset_truncation_state
+from hightide.protocol import events
+from hightide.protocol.errors import ErrorCode
+from hightide.protocol.messages import (
+    CONSUMER_REPLICA_ID,
+    NO_EPOCH,
+    NO_OFFSET,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    FetchPartition,
+    FetchResponsePartition,
+)
+
+ACKS_ALL: Final = -1
+NO_LEADER: Final = -1
+# AlterPartition errors after which the leader waits for new metadata rather than retrying (Partition.scala).
+_WAIT_FOR_METADATA: Final = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.INVALID_UPDATE_VERSION,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.NEW_LEADER_ELECTED,
+    }
+)
+_REVERT: Final = frozenset({ErrorCode.OPERATION_NOT_ATTEMPTED, ErrorCode.INELIGIBLE_REPLICA})
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionConfig:
+    min_insync_replicas: int = 1
+    replica_lag_time_max_ms: int = 30_000
+    legacy_truncate_to_high_watermark: bool = False
+
+
+@dataclass(slots=True)
+class RemoteReplica:
+    """The leader's view of one follower (Kafka's ReplicaState)."""
+
+    broker_id: int
+    log_end_offset: int = NO_OFFSET
+    log_start_offset: int = NO_OFFSET
+    last_caught_up_time_ms: int = 0
+    last_fetch_leader_log_end_offset: int = NO_OFFSET
+    last_fetch_time_ms: int = 0
+    broker_epoch: int = -1
+
+    def is_caught_up(self, leader_end_offset: int, now_ms: int, lag_max_ms: int) -> bool:
+        return leader_end_offset == self.log_end_offset or now_ms - self.last_caught_up_time_ms <= lag_max_ms
+
+
+@dataclass(frozen=True, slots=True)
+class IsrState:
+    """Committed ISR, and the proposed one while an AlterPartition is in flight (Kafka's Committed,
+    PendingExpand and PendingShrink states). The maximal ISR is their union: an expansion counts the new
+    member at once, a shrink keeps the old members until the controller commits it."""
+
+    isr: frozenset[int]
+    proposed: frozenset[int] | None = None
+    change: str = ""
+
+    @property
+    def inflight(self) -> bool:
+        return self.proposed is not None
+
+    @property
+    def maximal_isr(self) -> frozenset[int]:
+        return self.isr if self.proposed is None else self.isr | self.proposed
+
+
+@dataclass(slots=True)
+class PendingProduce:
+    request_id: int
+    base_offset: int
+    last_offset: int
+    deadline_ms: int
+
+
+@dataclass(slots=True)
+class Partition:
+    """A replica of `topic`-`partition` on broker `local_id`, with its log's offsets and epoch cache."""
+
+    topic: str
+    partition: int
+    local_id: int
+    config: PartitionConfig
+    log_start_offset: int = 0
+    log_end_offset: int = 0
+    high_watermark: int = 0
+    epoch_cache: LeaderEpochCache = field(default_factory=LeaderEpochCache)
+    replicas: tuple[int, ...] = ()
+    leader: int = NO_LEADER
+    leader_epoch: int = NO_EPOCH
+    partition_epoch: int = NO_EPOCH
+    isr_state: IsrState = field(default_factory=lambda: IsrState(frozenset()))
+    remotes: dict[int, RemoteReplica] = field(default_factory=dict)
+    leader_epoch_start_offset: int | None = None
+    broker_epochs: dict[int, int] = field(default_factory=dict)
+    local_broker_epoch: int = -1
+    pending_produces: list[PendingProduce] = field(default_factory=list)
+    next_isr_check_ms: int = 0
+
+    def __post_init__(self) -> None:
+        assert 0 <= self.log_start_offset <= self.high_watermark <= self.log_end_offset, self
+
+    # -- queries ---------------------------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader == self.local_id
+
+    @property
+    def isr(self) -> frozenset[int]:
+        return self.isr_state.isr
+
+    def ordered(self, members: frozenset[int]) -> tuple[int, ...]:
+        """Members in replica order (how Kafka lists an ISR)."""
+        return tuple(r for r in self.replicas if r in members)
+
+    def effective_min_isr(self) -> int:
+        return min(self.config.min_insync_replicas, len(self.replicas))
+
+    def is_under_min_isr(self) -> bool:
+        return self.is_leader and len(self.isr) < self.effective_min_isr()
+
+    def is_isr_eligible(self, broker_id: int) -> bool:
+        """Registered, unfenced and not shutting down (present in `broker_epochs`), and its fetches carry the
+        broker epoch the metadata knows (or -1)."""
+        known = self.broker_epochs.get(broker_id)
+        if known is None:
+            return False
+        remote = self.remotes.get(broker_id)
+        return remote is None or remote.broker_epoch in (-1, known)
+
+    # -- becoming leader or follower -----------------------------------------------------------------------
+
+    def make_leader(
+        self, leader_epoch: int, partition_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...], now_ms: int
+    ) -> list[Effect]:
+        """Lead from `leader_epoch` (Kafka's makeLeader). A state older than the one held is ignored."""
+        if partition_epoch < self.partition_epoch:
+            return []
+        assert self.local_id in replicas and self.local_id in isr, (self.local_id, replicas, isr)
+        effects: list[Effect] = []
+        was_leader = self.is_leader
+        new_epoch = leader_epoch > self.leader_epoch
+        self.replicas, self.leader, self.partition_epoch = tuple(replicas), self.local_id, partition_epoch
+        self.isr_state = IsrState(frozenset(isr))
+        self.remotes = {r: self.remotes.get(r, RemoteReplica(r)) for r in replicas if r != self.local_id}
+        if new_epoch:
+            self.leader_epoch = leader_epoch
+            self._reset_remotes(was_leader, now_ms)
+            self.leader_epoch_start_offset = self.log_end_offset
+            effects += self._assign_epoch(leader_epoch, self.log_end_offset)
+            self.next_isr_check_ms = now_ms + self.config.replica_lag_time_max_ms // 2
+        effects.append(Emit(self._became_leader_event()))
+        effects += self._maybe_increment_high_watermark(now_ms)
+        return effects
+
+    def _reset_remotes(self, was_leader: bool, now_ms: int) -> None:
+        """Kafka's resetReplicaState on a new leader epoch."""
+        for remote in self.remotes.values():
+            in_isr = remote.broker_id in self.isr
+            remote.last_caught_up_time_ms = now_ms if in_isr else 0
+            if not was_leader:
+                remote.log_end_offset = remote.log_start_offset = NO_OFFSET
+                remote.last_fetch_leader_log_end_offset = NO_OFFSET
+                remote.last_fetch_time_ms = 0
+            else:
+                remote.last_fetch_leader_log_end_offset = self.log_end_offset
+                remote.last_fetch_time_ms = now_ms if in_isr else 0
+
+    def make_follower(
+        self, leader: int, leader_epoch: int, partition_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]
+    ) -> list[Effect]:
+        """Follow `leader` (-1: none yet) from `leader_epoch` (Kafka's makeFollower)."""
+        if partition_epoch < self.partition_epoch:
+            return []
+        assert leader != self.local_id
+        effects = self._fail_pending_produces(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        new_epoch = leader_epoch > self.leader_epoch
+        self.replicas, self.leader, self.partition_epoch = tuple(replicas), leader, partition_epoch
+        self.leader_epoch = max(self.leader_epoch, leader_epoch)
+        self.isr_state = IsrState(frozenset(isr))
+        self.remotes = {}
+        self.leader_epoch_start_offset = None
+        if new_epoch and self.config.legacy_truncate_to_high_watermark:
+            # Before KIP-101 a follower truncated to its own HW when it started following. This loses committed
+            # records when its HW lagged the leader's; kept only to reproduce and catch that loss.
+            effects += self._truncate(self.high_watermark, "high_watermark")
+        effects.append(Emit(self._became_follower_event()))
+        return effects
+
+    # -- produce (leader) --------------------------------------------------------------------------------
+
+    def append_as_leader(
+        self, request_id: int, records: bytes, record_count: int, acks: int, now_ms: int, timeout_ms: int
+    ) -> list[Effect]:
+        """Append a producer's (validated) batches, or refuse them; answer now or when the HW passes them."""
+        assert record_count > 0 and acks in (0, 1, ACKS_ALL), (record_count, acks)
+        if not self.is_leader:
+            return self._answer(request_id, ErrorCode.NOT_LEADER_OR_FOLLOWER, NO_OFFSET, NO_OFFSET, acks)
+        if acks == ACKS_ALL and len(self.isr) < self.effective_min_isr():
+            return self._answer(request_id, ErrorCode.NOT_ENOUGH_REPLICAS, NO_OFFSET, NO_OFFSET, acks)
+        base_offset = self.log_end_offset
+        last_offset = base_offset + record_count - 1
+        effects: list[Effect] = [AppendAsLeader(self.topic, self.partition, records, base_offset, self.leader_epoch)]
+        self.log_end_offset = last_offset + 1
+        effects.append(Emit(self._appended_event(base_offset, last_offset, record_count, len(records), True)))
+        effects += self._maybe_increment_high_watermark(now_ms)
+        if acks != ACKS_ALL:
+            return effects + self._answer(request_id, ErrorCode.NONE, base_offset, last_offset, acks)
+        self.pending_produces.append(PendingProduce(request_id, base_offset, last_offset, now_ms + timeout_ms))
+        return effects + self._complete_delayed_produces()
+
+    def _answer(self, request_id: int, error: ErrorCode, base: int, last: int, acks: int) -> list[Effect]:
+        event = events.ProduceCompleted(
+            topic=self.topic,
+            partition=self.partition,
+            leader=self.local_id,
+            leader_epoch=self.leader_epoch,
+            acks=acks,
+            base_offset=base,
+            last_offset=last,
+            high_watermark=self.high_watermark,
+            error=error.name,
+        )
+        return [Emit(event), CompleteProduce(request_id, self.topic, self.partition, error, base, last)]
+
+    def _complete_delayed_produces(self) -> list[Effect]:
+        """Kafka's checkEnoughReplicasReachOffset for every waiting acks=all produce."""
+        effects: list[Effect] = []
+        waiting = []
+        for pending in self.pending_produces:
+            if self.high_watermark > pending.last_offset:
+                enough = self.config.min_insync_replicas <= len(self.isr_state.maximal_isr)
+                error = ErrorCode.NONE if enough else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                effects += self._answer(pending.request_id, error, pending.base_offset, pending.last_offset, ACKS_ALL)
+            else:
+                waiting.append(pending)
+        self.pending_produces = waiting
+        return effects
+
+    def _fail_pending_produces(self, error: ErrorCode) -> list[Effect]:
+        effects: list[Effect] = []
+        for pending in self.pending_produces:
+            effects += self._answer(pending.request_id, error, pending.base_offset, pending.last_offset, ACKS_ALL)
+        self.pending_produces = []
+        return effects
+
+    # -- fetch (leader) ----------------------------------------------------------------------------------
+
+    def on_fetch(self, replica_id: int, broker_epoch: int, fetch: FetchPartition, now_ms: int) -> list[Effect]:
+        """Answer one partition of a fetch from a follower (`replica_id` >= 0) or a consumer (-1)."""
+        error = self._fetch_error(replica_id, broker_epoch, fetch)
+        if error is not ErrorCode.NONE:
+            return self._serve(replica_id, fetch, error)
+        if fetch.last_fetched_epoch != NO_EPOCH:
+            check = check_fetch_divergence(
+                self.epoch_cache,
+                self.log_end_offset,
+                self.log_start_offset,
+                self.leader_epoch,
+                fetch.current_leader_epoch,
+                fetch.fetch_offset,
+                fetch.last_fetched_epoch,
+            )
+            if check.error is not ErrorCode.NONE:
+                return self._serve(replica_id, fetch, check.error)
+            if check.diverging is not None:
+                # A diverging follower's position is not recorded: its log is about to change.
+                return self._serve(replica_id, fetch, ErrorCode.NONE, diverging=check.diverging)
+        if not self.log_start_offset <= fetch.fetch_offset <= self.log_end_offset:
+            return self._serve(replica_id, fetch, ErrorCode.OFFSET_OUT_OF_RANGE)
+        # The follower's position moves the HW first, and the answer carries the HW it has just set (seeds 000
+        # and 003; in Kafka a parked fetch woken by the HW change answers the same). A follower still learns
+        # the HW that its data made one round after the data: the seeds' two round trips.
+        effects: list[Effect] = []
+        if replica_id != CONSUMER_REPLICA_ID:
+            effects += self._update_follower(replica_id, broker_epoch, fetch, now_ms)
+        return effects + self._serve(replica_id, fetch, ErrorCode.NONE)
+
+    def _fetch_error(self, replica_id: int, broker_epoch: int, fetch: FetchPartition) -> ErrorCode:
+        if not self.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if fetch.current_leader_epoch != NO_EPOCH:
+            if fetch.current_leader_epoch < self.leader_epoch:
+                return ErrorCode.FENCED_LEADER_EPOCH
+            if fetch.current_leader_epoch > self.leader_epoch:
+                return ErrorCode.UNKNOWN_LEADER_EPOCH
+        if replica_id != CONSUMER_REPLICA_ID:
+            if replica_id not in self.remotes:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            known = self.broker_epochs.get(replica_id, -1)
+            if broker_epoch != -1 and known > broker_epoch:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER  # a restarted broker's old incarnation
+        return ErrorCode.NONE
+
+    def _serve(
+        self, replica_id: int, fetch: FetchPartition, error: ErrorCode, diverging: EpochEndOffset | None = None
+    ) -> list[Effect]:
+        response = FetchResponsePartition(
+            topic=self.topic,
+            partition=self.partition,
+            error=error,
+            high_watermark=self.high_watermark,
+            log_start_offset=self.log_start_offset,
+            log_end_offset=self.log_end_offset,
+            diverging_epoch=NO_EPOCH if diverging is None else diverging.epoch,
+            diverging_end_offset=NO_OFFSET if diverging is None else diverging.end_offset,
+        )
+        readable = error is ErrorCode.NONE and diverging is None
+        max_offset = self.high_watermark if replica_id == CONSUMER_REPLICA_ID else self.log_end_offset
+        event = events.FetchServed(
+            topic=self.topic,
+            partition=self.partition,
+            leader=self.local_id,
+            replica=replica_id,
+            leader_epoch=self.leader_epoch,
+            fetch_offset=fetch.fetch_offset,
+            last_fetched_epoch=fetch.last_fetched_epoch,
+            records_end_offset=max_offset if readable else fetch.fetch_offset,
+            high_watermark=self.high_watermark,
+            log_end_offset=self.log_end_offset,
+            diverging_epoch=response.diverging_epoch,
+            diverging_end_offset=response.diverging_end_offset,
+            error=error.name,
+        )
+        serve = ServeFetch(replica_id, response, fetch.fetch_offset, max_offset if readable else -1, fetch.max_bytes)
+        return [Emit(event), serve]
+
+    def _update_follower(self, replica_id: int, broker_epoch: int, fetch: FetchPartition, now_ms: int) -> list[Effect]:
+        """Kafka's updateFollowerFetchState: the fetch offset is the follower's LEO."""
+        remote = self.remotes[replica_id]
+        previous_end = remote.log_end_offset
+        leader_end = self.log_end_offset
+        if fetch.fetch_offset >= leader_end:
+            remote.last_caught_up_time_ms = max(remote.last_caught_up_time_ms, now_ms)
+        elif fetch.fetch_offset >= remote.last_fetch_leader_log_end_offset:
+            remote.last_caught_up_time_ms = max(remote.last_caught_up_time_ms, remote.last_fetch_time_ms)
+        remote.log_end_offset = fetch.fetch_offset
+        remote.log_start_offset = fetch.log_start_offset
+        remote.last_fetch_leader_log_end_offset = max(leader_end, remote.last_fetch_leader_log_end_offset)
+        remote.last_fetch_time_ms = now_ms
+        remote.broker_epoch = broker_epoch
+        effects: list[Effect] = []
+        if previous_end != remote.log_end_offset:
+            event = events.FollowerStateUpdated(
+                topic=self.topic,
+                partition=self.partition,
+                leader=self.local_id,
+                replica=replica_id,
+                log_end_offset=remote.log_end_offset,
+                last_caught_up_time_ms=remote.last_caught_up_time_ms,
+            )
+            effects.append(Emit(event))
+        effects += self._maybe_expand_isr(remote)
+        if previous_end != remote.log_end_offset:
+            effects += self._maybe_increment_high_watermark(now_ms)
+        return effects
+
+    # -- the high watermark (leader) -----------------------------------------------------------------------
+
+    def _maybe_increment_high_watermark(self, now_ms: int) -> list[Effect]:
+        """Kafka's maybeIncrementLeaderHW; then answer the acks=all produces it completes."""
+        if not self.is_leader or self.is_under_min_isr():
+            return []
+        candidate = self.log_end_offset
+        maximal = self.isr_state.maximal_isr
+        lag = self.config.replica_lag_time_max_ms
+        for remote in self.remotes.values():
+            counts = remote.broker_id in maximal or (
+                remote.is_caught_up(self.log_end_offset, now_ms, lag) and self.is_isr_eligible(remote.broker_id)
+            )
+            if counts and remote.log_end_offset < candidate:
+                candidate = remote.log_end_offset
+        if candidate <= self.high_watermark:
+            return []
+        return self._set_high_watermark(candidate) + self._complete_delayed_produces()
+
+    def _set_high_watermark(self, high_watermark: int) -> list[Effect]:
+        assert self.log_start_offset <= high_watermark <= self.log_end_offset, (high_watermark, self)
+        previous, self.high_watermark = self.high_watermark, high_watermark
+        event = events.HighWatermarkAdvanced(
+            topic=self.topic,
+            partition=self.partition,
+            replica=self.local_id,
+            leader_epoch=self.leader_epoch,
+            previous=previous,
+            high_watermark=high_watermark,
+        )
+        return [UpdateHighWatermark(self.topic, self.partition, high_watermark), Emit(event)]
+
+    # -- the ISR (leader) ----------------------------------------------------------------------------------
+
+    def _maybe_expand_isr(self, remote: RemoteReplica) -> list[Effect]:
+        state = self.isr_state
+        if state.inflight or remote.broker_id in state.isr or not self.is_isr_eligible(remote.broker_id):
+            return []
+        start = self.leader_epoch_start_offset
+        in_sync = remote.log_end_offset >= self.high_watermark and start is not None and remote.log_end_offset >= start
+        if not in_sync:
+            return []
+        return self._propose_isr(state.isr | {remote.broker_id}, "expand")
+
+    def maybe_shrink_isr(self, now_ms: int) -> list[Effect]:
+        """Kafka's isr-expiration task: propose removing ISR members that are no longer caught up."""
+        if not self.is_leader or self.isr_state.inflight:
+            return []
+        lag = self.config.replica_lag_time_max_ms
+        out_of_sync = {
+            r
+            for r in self.isr - {self.local_id}
+            if r not in self.remotes or not self.remotes[r].is_caught_up(self.log_end_offset, now_ms, lag)
+        }
+        if not out_of_sync:
+            return []
+        return self._propose_isr(self.isr - out_of_sync, "shrink")
+
+    def _propose_isr(self, proposed: frozenset[int], change: str) -> list[Effect]:
+        assert self.local_id in proposed
+        self.isr_state = IsrState(self.isr, proposed, change)
+        event = events.IsrChangeProposed(
+            topic=self.topic,
+            partition=self.partition,
+            leader=self.local_id,
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+            isr=self.ordered(self.isr),
+            proposed_isr=self.ordered(proposed),
+            change=change,
+        )
+        return [Emit(event), Send(CONTROLLER, self._alter_partition_request())]
+
+    def _alter_partition_request(self) -> AlterPartitionRequest:
+        assert self.isr_state.proposed is not None
+        members = self.ordered(self.isr_state.proposed)
+        epochs = tuple(self.local_broker_epoch if r == self.local_id else self.remotes[r].broker_epoch for r in members)
+        return AlterPartitionRequest(
+            broker_id=self.local_id,
+            broker_epoch=self.local_broker_epoch,
+            topic=self.topic,
+            partition=self.partition,
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+            new_isr=members,
+            new_isr_broker_epochs=epochs,
+        )
+
+    def on_alter_partition_response(self, response: AlterPartitionResponse, now_ms: int) -> list[Effect]:
+        """Kafka's handleAlterPartitionUpdate / handleAlterPartitionError."""
+        if not self.is_leader or not self.isr_state.inflight:
+            return []
+        error = response.error
+        if error is ErrorCode.NONE:
+            if response.leader_epoch != self.leader_epoch or response.partition_epoch < self.partition_epoch:
+                return []
+            self.isr_state = IsrState(frozenset(response.isr))
+            self.partition_epoch = response.partition_epoch
+            return [Emit(self._isr_change_completed(error)), *self._maybe_increment_high_watermark(now_ms)]
+        if error in _REVERT:
+            self.isr_state = IsrState(self.isr)
+            return [Emit(self._isr_change_completed(error))]
+        if error in _WAIT_FOR_METADATA:
+            return [Emit(self._isr_change_completed(error))]
+        return [Send(CONTROLLER, self._alter_partition_request())]
+
+    def _isr_change_completed(self, error: ErrorCode) -> events.IsrChangeCompleted:
+        return events.IsrChangeCompleted(
+            topic=self.topic,
+            partition=self.partition,
+            leader=self.local_id,
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+            isr=self.ordered(self.isr),
+            error=error.name,
+        )
+
+    def tick(self, now_ms: int) -> list[Effect]:
+        """Time passing: expire acks=all produces, and run the ISR check every replica.lag.time.max.ms / 2."""
+        effects: list[Effect] = []
+        expired = [p for p in self.pending_produces if p.deadline_ms <= now_ms]
+        if expired:
+            self.pending_produces = [p for p in self.pending_produces if p.deadline_ms > now_ms]
+            for pending in expired:
+                effects += self._answer(
+                    pending.request_id, ErrorCode.REQUEST_TIMED_OUT, pending.base_offset, pending.last_offset, -1
+                )
+        if self.is_leader and now_ms >= self.next_isr_check_ms:
+            self.next_isr_check_ms = now_ms + max(self.config.replica_lag_time_max_ms // 2, 1)
+            effects += self.maybe_shrink_isr(now_ms)
+        return effects
+
+    # -- follower ----------------------------------------------------------------------------------------
+
+    def fetch_partition(self, max_bytes: int = 1024 * 1024) -> FetchPartition:
+        """What this follower fetches next: from its LEO, with the latest epoch it has (KIP-320 / Fetch v12)."""
+        latest = self.epoch_cache.latest_epoch
+        legacy = self.config.legacy_truncate_to_high_watermark
+        return FetchPartition(
+            topic=self.topic,
+            partition=self.partition,
+            fetch_offset=self.log_end_offset,
+            current_leader_epoch=self.leader_epoch,
+            last_fetched_epoch=NO_EPOCH if legacy or latest is None else latest,
+            log_start_offset=self.log_start_offset,
+            max_bytes=max_bytes,
+        )
+
+    def on_fetch_response(self, leader: int, response: FetchResponsePartition, now_ms: int) -> list[Effect]:
+        """Apply the leader's answer: append, truncate where the epochs diverge, or start over."""
+        if self.is_leader or leader != self.leader:
+            return []
+        if response.error is ErrorCode.OFFSET_OUT_OF_RANGE:
+            return self._handle_out_of_range(response)
+        if response.error is not ErrorCode.NONE:
+            return []  # fenced, unknown epoch, not leader: wait for new metadata
+        if response.diverging_epoch != NO_EPOCH:
+            diverging = EpochEndOffset(response.diverging_epoch, response.diverging_end_offset)
+            decision = offset_truncation_state(diverging, self.epoch_cache, self.log_end_offset, self.high_watermark)
+            return self._truncate(decision.truncate_to, "divergence")
+        effects: list[Effect] = []
+        if response.batches:
+            if response.batches[0].base_offset != self.log_end_offset:
+                return []  # an answer to an older fetch: the log has moved since
+            effects += self._append_as_follower(response)
+        return effects + self._follow_high_watermark(response.high_watermark)
+
+    def _append_as_follower(self, response: FetchResponsePartition) -> list[Effect]:
+        effects: list[Effect] = [AppendAsFollower(self.topic, self.partition, response.records)]
+        base = response.batches[0].base_offset
+        for batch in response.batches:
+            latest = self.epoch_cache.latest_epoch
+            if latest is None or batch.partition_leader_epoch > latest:
+                effects += self._assign_epoch(batch.partition_leader_epoch, batch.base_offset)
+        last = response.batches[-1].last_offset
+        self.log_end_offset = last + 1
+        count = last - base + 1
+        effects.append(Emit(self._appended_event(base, last, count, len(response.records), False)))
+        return effects
+
+    def _follow_high_watermark(self, leader_high_watermark: int) -> list[Effect]:
+        """A follower's HW = min(leader HW, own LEO), never below its log start, and only upward."""
+        candidate = max(min(leader_high_watermark, self.log_end_offset), self.log_start_offset)
+        if candidate <= self.high_watermark:
+            return []
+        return self._set_high_watermark(candidate)
+
+    def _handle_out_of_range(self, response: FetchResponsePartition) -> list[Effect]:
+        """Kafka's fetchOffsetAndTruncate: behind the leader's log start, start over there; past its end,
+        truncate to it."""
+        if response.log_end_offset != NO_OFFSET and response.log_end_offset < self.log_end_offset:
+            return self._truncate(response.log_end_offset, "offset_out_of_range")
+        if response.log_start_offset > self.log_end_offset:
+            return self._start_over(response.log_start_offset)
+        return []
+
+    def _truncate(self, offset: int, reason: str) -> list[Effect]:
+        if offset >= self.log_end_offset:
+            return []
+        # No "never below the HW" assertion here: after a lossy crash of the replicas that held a committed
+        # tail (KIP-101's second scenario) the new leader no longer has it, and a follower must follow that log
+        # all the same, as Kafka's does. The event carries the HW before the cut, so the simulator's invariants
+        # and the audit can name every committed record lost and check that a fault excuses it.
+        high_watermark_before = self.high_watermark
+        before = self.log_end_offset
+        self.log_end_offset = offset
+        self.high_watermark = min(self.high_watermark, offset)
+        self.log_start_offset = min(self.log_start_offset, offset)
+        effects: list[Effect] = [Truncate(self.topic, self.partition, offset)]
+        if self.epoch_cache.truncate_from_end(offset):
+            effects.append(self._epoch_checkpoint())
+        effects.append(Emit(self._truncated_event(before, offset, reason, high_watermark_before)))
+        return effects
+
+    def _start_over(self, offset: int) -> list[Effect]:
+        before, high_watermark_before = self.log_end_offset, self.high_watermark
+        self.log_start_offset = self.log_end_offset = self.high_watermark = offset
+        self.epoch_cache.clear()
+        return [
+            TruncateFullyAndStartAt(self.topic, self.partition, offset),
+            self._epoch_checkpoint(),
+            Emit(self._truncated_event(before, offset, "start_over", high_watermark_before)),
+        ]
+
+    # -- shared helpers ----------------------------------------------------------------------------------
+
+    def _assign_epoch(self, epoch: int, start_offset: int) -> list[Effect]:
+        if not self.epoch_cache.assign(epoch, start_offset):
+            return []
+        event = events.LeaderEpochStarted(
+            topic=self.topic,
+            partition=self.partition,
+            replica=self.local_id,
+            leader_epoch=epoch,
+            start_offset=start_offset,
+        )
+        return [self._epoch_checkpoint(), Emit(event)]
+
+    def _epoch_checkpoint(self) -> WriteEpochCheckpoint:
+        entries = tuple((e.epoch, e.start_offset) for e in self.epoch_cache.entries)
+        return WriteEpochCheckpoint(self.topic, self.partition, entries)
+
+    def _appended_event(self, base: int, last: int, count: int, size: int, as_leader: bool) -> events.RecordsAppended:
+        return events.RecordsAppended(
+            topic=self.topic,
+            partition=self.partition,
+            replica=self.local_id,
+            leader_epoch=self.leader_epoch,
+            base_offset=base,
+            last_offset=last,
+            record_count=count,
+            size_bytes=size,
+            log_end_offset=self.log_end_offset,
+            as_leader=as_leader,
+        )
+
+    def _truncated_event(
+        self, before: int, offset: int, reason: str, high_watermark_before: int
+    ) -> events.LogTruncated:
+        return events.LogTruncated(
+            topic=self.topic,
+            partition=self.partition,
+            replica=self.local_id,
+            log_end_offset_before=before,
+            truncated_to=offset,
+            high_watermark_before=high_watermark_before,
+            high_watermark=self.high_watermark,
+            leader_epoch=self.leader_epoch,
+            reason=reason,
+        )
+
+    def _became_leader_event(self) -> events.BecameLeader:
+        return events.BecameLeader(
+            topic=self.topic,
+            partition=self.partition,
+            replica=self.local_id,
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+            replicas=self.replicas,
+            isr=self.ordered(self.isr),
+            log_end_offset=self.log_end_offset,
+            high_watermark=self.high_watermark,
+        )
+
+    def _became_follower_event(self) -> events.BecameFollower:
+        return events.BecameFollower(
+            topic=self.topic,
+            partition=self.partition,
+            replica=self.local_id,
+            leader=self.leader,
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+            log_end_offset=self.log_end_offset,
+            high_watermark=self.high_watermark,
+        )
+
+
+__all__ = ["EpochEntry", "IsrState", "Partition", "PartitionConfig", "PendingProduce", "RemoteReplica"]

@@ -1,0 +1,415 @@
+"""The event catalogue: every state transition of a Hightide cluster, as a past-tense fact.
+
+Room: libs/protocol (vocabulary). The core returns these next to the state change itself (`Emit` effects), so a
+transition cannot happen without its event; the shell wraps each in an envelope (cluster, emitter, sequence,
+clocks) and stores it. Simulated and real histories share this one schema, and the audit reads it.
+
+Rules for this module:
+- One class per event type, named for what happened (`LogTruncated`, never `TruncateLog`).
+- `VERSION` starts at 1 and goes up when a field is added, renamed or changes meaning; old versions are upcast
+  where events are read, never rewritten.
+- Every integer field is sized (`Int32`, `Int64`) as Kafka sizes the same quantity; `check_event` enforces it.
+- Replica and broker ids are Int32, offsets Int64, epochs Int32, times in ms Int64.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from typing import Annotated, ClassVar, Final, TypeVar
+
+INT32_MIN: Final = -(2**31)
+INT32_MAX: Final = 2**31 - 1
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class IntRange:
+    low: int
+    high: int
+
+
+Int32 = Annotated[int, IntRange(INT32_MIN, INT32_MAX)]
+Int64 = Annotated[int, IntRange(INT64_MIN, INT64_MAX)]
+BrokerIds = tuple[Int32, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Base of every event. `TYPE` is the class name, set when the class joins the catalogue."""
+
+    TYPE: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 1
+
+
+CATALOGUE: dict[str, type[Event]] = {}
+E = TypeVar("E", bound=type[Event])
+
+
+def catalogued(cls: E) -> E:
+    """Add an event class to the catalogue under its class name."""
+    assert cls.__name__ not in CATALOGUE, f"duplicate event type {cls.__name__}"
+    assert cls.__doc__, f"{cls.__name__} needs a docstring: it is the catalogue's documentation"
+    cls.TYPE = cls.__name__
+    CATALOGUE[cls.__name__] = cls
+    return cls
+
+
+class InvalidEvent(ValueError):
+    """An event whose fields do not fit the catalogue's sizes and types."""
+
+
+def check_event(event: Event) -> None:
+    """Check every field against its declared type and size (the store does this before accepting one)."""
+    hints = typing.get_type_hints(type(event), include_extras=True)
+    for field in dataclasses.fields(event):
+        _check_value(type(event).__name__, field.name, hints[field.name], getattr(event, field.name))
+
+
+def _check_value(event_type: str, name: str, hint: object, value: object) -> None:
+    origin = typing.get_origin(hint)
+    if origin is Annotated:
+        base, *metadata = typing.get_args(hint)
+        _check_value(event_type, name, base, value)
+        for meta in metadata:
+            if isinstance(meta, IntRange) and not meta.low <= typing.cast(int, value) <= meta.high:
+                raise InvalidEvent(f"{event_type}.{name}={value!r} is outside [{meta.low}, {meta.high}]")
+        return
+    if origin is tuple:
+        (item, _ellipsis) = typing.get_args(hint)
+        if not isinstance(value, tuple):
+            raise InvalidEvent(f"{event_type}.{name} must be a tuple, not {type(value).__name__}")
+        for element in value:
+            _check_value(event_type, name, item, element)
+        return
+    if origin in (typing.Union, types.UnionType):
+        if not any(_fits(option, value) for option in typing.get_args(hint)):
+            raise InvalidEvent(f"{event_type}.{name}={value!r} does not fit {hint}")
+        return
+    if hint is type(None):
+        if value is not None:
+            raise InvalidEvent(f"{event_type}.{name} must be None")
+        return
+    assert isinstance(hint, type), hint
+    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+        raise InvalidEvent(f"{event_type}.{name} must be {hint.__name__}, not {type(value).__name__}")
+
+
+def _fits(hint: object, value: object) -> bool:
+    try:
+        _check_value("", "", hint, value)
+    except InvalidEvent:
+        return False
+    return True
+
+
+# -- the log of one replica -------------------------------------------------------------------------------------
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordsAppended(Event):
+    """A replica appended batches to its log (as leader from a producer, or as follower from its leader)."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    leader_epoch: Int32
+    base_offset: Int64
+    last_offset: Int64
+    record_count: Int32
+    size_bytes: Int32
+    log_end_offset: Int64
+    as_leader: bool
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogTruncated(Event):
+    """A replica removed the suffix of its log from `truncated_to` (its LEO before was `log_end_offset_before`).
+    `reason`: divergence (leader epochs), high_watermark (the legacy pre-KIP-101 rule), offset_out_of_range,
+    or start_over (truncated fully and restarted at `truncated_to`). If `truncated_to` is below
+    `high_watermark_before`, records this replica held as committed were removed."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    log_end_offset_before: Int64
+    truncated_to: Int64
+    high_watermark_before: Int64
+    high_watermark: Int64
+    leader_epoch: Int32
+    reason: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HighWatermarkAdvanced(Event):
+    """A replica's high watermark moved up: on the leader by the ISR's LEOs, on a follower from a fetch."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    leader_epoch: Int32
+    previous: Int64
+    high_watermark: Int64
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderEpochStarted(Event):
+    """A replica's leader epoch cache gained (epoch, start offset): the first offset written in that epoch."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    leader_epoch: Int32
+    start_offset: Int64
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogStartOffsetAdvanced(Event):
+    """A replica's log start offset (low watermark) moved up: retention, delete-records, or its leader's."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    log_start_offset: Int64
+    reason: str
+
+
+# -- leadership of a partition, as a broker sees it ------------------------------------------------------------
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BecameLeader(Event):
+    """A broker started leading a partition in `leader_epoch` with LEO `log_end_offset` (the epoch's start)."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    leader_epoch: Int32
+    partition_epoch: Int32
+    replicas: BrokerIds
+    isr: BrokerIds
+    log_end_offset: Int64
+    high_watermark: Int64
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BecameFollower(Event):
+    """A broker started following `leader` (-1: none) in `leader_epoch`."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    leader: Int32
+    leader_epoch: Int32
+    partition_epoch: Int32
+    log_end_offset: Int64
+    high_watermark: Int64
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchServed(Event):
+    """A leader answered a fetch: `replica` is the follower's id (-1 for a consumer). `diverging_epoch` and
+    `diverging_end_offset` are -1 unless the follower's log diverged; `error` is a Kafka error name."""
+
+    topic: str
+    partition: Int32
+    leader: Int32
+    replica: Int32
+    leader_epoch: Int32
+    fetch_offset: Int64
+    last_fetched_epoch: Int32
+    records_end_offset: Int64
+    high_watermark: Int64
+    log_end_offset: Int64
+    diverging_epoch: Int32
+    diverging_end_offset: Int64
+    error: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FollowerStateUpdated(Event):
+    """The leader's view of a follower changed: its LEO, and the last time it was caught up."""
+
+    topic: str
+    partition: Int32
+    leader: Int32
+    replica: Int32
+    log_end_offset: Int64
+    last_caught_up_time_ms: Int64
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IsrChangeProposed(Event):
+    """A leader asked the controller to change the ISR (AlterPartition): `change` is shrink or expand."""
+
+    topic: str
+    partition: Int32
+    leader: Int32
+    leader_epoch: Int32
+    partition_epoch: Int32
+    isr: BrokerIds
+    proposed_isr: BrokerIds
+    change: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IsrChangeCompleted(Event):
+    """A leader learned the controller's answer to its proposal: committed (`error` NONE) or not."""
+
+    topic: str
+    partition: Int32
+    leader: Int32
+    leader_epoch: Int32
+    partition_epoch: Int32
+    isr: BrokerIds
+    error: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceCompleted(Event):
+    """A leader answered a produce: `error` NONE means acknowledged at `acks` (-1 = all)."""
+
+    topic: str
+    partition: Int32
+    leader: Int32
+    leader_epoch: Int32
+    acks: Int32
+    base_offset: Int64
+    last_offset: Int64
+    high_watermark: Int64
+    error: str
+
+
+# -- the controller's metadata -----------------------------------------------------------------------------------
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerRegistered(Event):
+    """A broker registered (or re-registered) with a new broker epoch; `previous_broker_epoch` is the epoch its
+    clean-shutdown marker recorded (-1 after an unclean shutdown)."""
+
+    broker: Int32
+    broker_epoch: Int64
+    previous_broker_epoch: Int64
+    fenced: bool
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerFenced(Event):
+    """The controller fenced a broker: `reason` is session_timeout, controlled_shutdown or unregistered."""
+
+    broker: Int32
+    broker_epoch: Int64
+    reason: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerUnfenced(Event):
+    """The controller unfenced a broker: it may lead and join ISRs again."""
+
+    broker: Int32
+    broker_epoch: Int64
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControlledShutdownStarted(Event):
+    """A broker asked to shut down; the controller moves its leaderships away before fencing it."""
+
+    broker: Int32
+    broker_epoch: Int64
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicCreated(Event):
+    """A topic came into being with its partitions' replica assignment."""
+
+    topic: str
+    topic_id: str
+    partitions: Int32
+    replication_factor: Int32
+    configs: tuple[tuple[str, str], ...]
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicDeleted(Event):
+    """A topic and all its partitions were removed from the metadata."""
+
+    topic: str
+    topic_id: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionChanged(Event):
+    """The controller committed a partition's new state (every change bumps `partition_epoch`). `reason`:
+    created, isr_shrink, isr_expand, election, controlled_shutdown, broker_fenced, broker_unfenced,
+    reassignment."""
+
+    topic: str
+    partition: Int32
+    replicas: BrokerIds
+    isr: BrokerIds
+    elr: BrokerIds
+    last_known_elr: BrokerIds
+    leader: Int32
+    leader_epoch: Int32
+    partition_epoch: Int32
+    reason: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderElected(Event):
+    """The controller chose a new leader (-1: none could be chosen). `election`: clean (from the ISR), elr,
+    unclean, preferred, or controlled_shutdown."""
+
+    topic: str
+    partition: Int32
+    previous_leader: Int32
+    leader: Int32
+    leader_epoch: Int32
+    election: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerElected(Event):
+    """A controller won the lease and fenced its predecessors with a higher controller epoch."""
+
+    controller: Int32
+    controller_epoch: Int32
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterPartitionAnswered(Event):
+    """The controller answered a leader's AlterPartition (error NONE: the ISR change was committed)."""
+
+    topic: str
+    partition: Int32
+    leader: Int32
+    leader_epoch: Int32
+    partition_epoch: Int32
+    proposed_isr: BrokerIds
+    error: str
