@@ -32,17 +32,29 @@ TOPIC = "orders"
 
 @dataclass
 class MemoryLog:
-    """Whole batches in offset order, as bytes."""
+    """Whole batches in offset order, as bytes, with their records decoded once as they arrive."""
 
     batches: list[bytes] = field(default_factory=list)
     start_offset: int = 0
+    entries: list[tuple[int, bytes, int]] = field(default_factory=list)  # (offset, value, leader epoch)
 
     def append(self, records: bytes) -> None:
         for position, header in iter_batch_headers(records):
-            self.batches.append(records[position : position + header.size])
+            batch = records[position : position + header.size]
+            self.batches.append(batch)
+            for _, decoded in decode_batches(batch):
+                epoch = header.partition_leader_epoch
+                self.entries.extend((r.offset, r.value or b"", epoch) for r in decoded)
 
     def truncate(self, offset: int) -> None:
         self.batches = [b for b in self.batches if _last_offset(b) < offset]
+        end = _last_offset(self.batches[-1]) + 1 if self.batches else self.start_offset
+        while self.entries and self.entries[-1][0] >= end:
+            self.entries.pop()
+
+    @property
+    def end_offset(self) -> int:
+        return _last_offset(self.batches[-1]) + 1 if self.batches else self.start_offset
 
     def read(self, fetch_offset: int, max_offset: int, max_bytes: int) -> tuple[bytes, tuple[BatchSummary, ...]]:
         chosen: list[bytes] = []
@@ -62,7 +74,7 @@ class MemoryLog:
 
     def records(self) -> list[tuple[int, bytes | None]]:
         """(offset, value) of every record."""
-        return [(r.offset, r.value) for _, records in decode_batches(b"".join(self.batches)) for r in records]
+        return [(offset, value) for offset, value, _ in self.entries]
 
     def epochs(self) -> list[tuple[int, int]]:
         """(offset, leader epoch) of every batch."""
@@ -138,7 +150,7 @@ class MemoryReplica:
         )
 
     def _check_agrees_with_core(self) -> None:
-        end = _last_offset(self.log.batches[-1]) + 1 if self.log.batches else self.log.start_offset
+        end = self.log.end_offset
         assert end == self.partition.log_end_offset, (self.broker_id, end, self.partition.log_end_offset)
 
     # -- what a test says --------------------------------------------------------------------------------
