@@ -70,6 +70,7 @@ class SimBroker:
     flushed_end: dict[TopicPartition, int] = field(default_factory=dict)
     views: dict[TopicPartition, PartitionView] = field(default_factory=dict)
     alive: bool = True
+    registered: bool = True  # a restarted broker acts on partition state only once it has registered again
     broker_epoch: int = -1
     broker_epochs: dict[int, int] = field(default_factory=dict)
     fetch_deadline_ms: dict[int, int] = field(default_factory=dict)
@@ -227,6 +228,7 @@ class SimBroker:
             self.flushed_end[tp] = min(self.flushed_end[tp], end)
         self.views.clear()
         self.alive = True
+        self.registered = False
 
     # -- effects -------------------------------------------------------------------------------------------
 

@@ -10,7 +10,8 @@ free of the simulator lets a test feed each one a violating history and watch it
 | epochs_monotonic             | a partition's leader epoch and partition epoch never go down (controller)       |
 | leader_in_isr                | the controller's leader is a member of the ISR it committed                    |
 | hw_within_log                | log start <= HW <= LEO on every replica                                          |
-| committed_prefixes_agree     | below the leader's HW every replica holding an offset holds the same record     |
+| committed_prefixes_agree     | below its own HW a replica holds what was committed; ISR members hold the       |
+|                              | leader's records below the leader's HW                                          |
 | committed_never_truncated    | no truncation removes a record below the partition's committed offset*          |
 | leader_completeness          | a new leader holds every record committed before it was elected*                |
 | acknowledged_is_committed    | an acks=all acknowledgement's records are in the leader's log below its HW      |
@@ -84,7 +85,8 @@ def check_step(
     for replica in replicas:
         check_hw_within_log(history.name, replica)
     leader = _current_leader(replicas, controller)
-    check_committed_prefixes_agree(history.name, replicas, leader)
+    isr = controller.isr if controller is not None else ()
+    check_committed_prefixes_agree(history.name, replicas, leader, isr, None if history.exempt else history.committed)
     if leader is not None:
         _record_committed(history, leader)
     if not history.exempt:
@@ -145,20 +147,29 @@ def check_hw_within_log(name: str, replica: ReplicaSnapshot) -> None:
 
 
 def check_committed_prefixes_agree(
-    name: str, replicas: Sequence[ReplicaSnapshot], leader: ReplicaSnapshot | None
+    name: str,
+    replicas: Sequence[ReplicaSnapshot],
+    leader: ReplicaSnapshot | None,
+    isr: Sequence[int] = (),
+    committed: Mapping[int, bytes] | None = None,
 ) -> None:
-    """Below the leader's HW, every replica that holds an offset holds the leader's record there."""
-    if leader is None:
-        return
-    reference = {offset: value for offset, value, _ in leader.records if offset < leader.high_watermark}
+    """Committed means the same record everywhere it counts: below its own HW every replica holds what was
+    committed, and every live ISR member holds the leader's records below the leader's HW. (A replica outside
+    the ISR may hold an uncommitted, divergent suffix: it truncates it when it follows again.)"""
+    reference = dict(committed or {})
+    if leader is not None:
+        reference.update((o, v) for o, v, _ in leader.records if o < leader.high_watermark)
     for replica in replicas:
+        in_sync = replica.alive and replica.broker in isr and leader is not None
+        limit = max(replica.high_watermark, leader.high_watermark if in_sync and leader else 0)
         for offset, value, _ in replica.records:
+            if offset >= limit:
+                break
             if offset in reference and reference[offset] != value:
                 raise InvariantViolation(
                     "committed_prefixes_agree",
                     name,
-                    f"offset {offset}: leader {leader.broker} has {reference[offset]!r}, "
-                    f"broker {replica.broker} has {value!r}",
+                    f"offset {offset}: committed {reference[offset]!r}, broker {replica.broker} has {value!r}",
                 )
 
 

@@ -17,8 +17,6 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from simulation.controller import SimController
-
 from hightide.core.effects import CONTROLLER
 from hightide.core.partition import PartitionConfig
 from hightide.protocol.errors import ErrorCode
@@ -26,6 +24,7 @@ from hightide.protocol.events import LogTruncated
 from hightide.protocol.messages import CONSUMER_REPLICA_ID, FetchPartition, FetchRequest
 from hightide.protocol.records import decode_batches
 from simulation.broker import FetchResponse, ProduceRequest, ProduceResponse, SimBroker
+from simulation.controller import SimController
 from simulation.invariants import (
     ControllerView,
     PartitionHistory,
@@ -43,6 +42,7 @@ T0 = 1_700_000_000_000
 ACKS_ALL_PRODUCER = -1
 ACKS_ONE_PRODUCER = -2
 CONSUMER = -3
+HEALED_STEPS_MAX = 50_000  # the healed phase stops as soon as the cluster has converged
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,7 @@ class Simulation:
         core_config = PartitionConfig(
             min_insync_replicas=self.config.min_insync_replicas,
             replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            alter_partition_timeout_ms=300,
             legacy_truncate_to_high_watermark=self.config.legacy_truncate_to_high_watermark,
         )
         self.brokers = {
@@ -122,7 +123,7 @@ class Simulation:
         for _ in range(steps):
             self.step()
         self.heal()
-        for _ in range(steps):
+        for _ in range(HEALED_STEPS_MAX):
             self.step()
             if self._converged():
                 break
@@ -154,10 +155,12 @@ class Simulation:
             if broker.alive:
                 if self.rng.random() < self.config.flush_probability:
                     broker.flush()
-                self.controller.heartbeat(
-                    node, broker.broker_epoch, self.now_ms, reachable=self._reaches_controller(node)
-                )
-                broker.tick(self.now_ms)
+                reachable = self._reaches_controller(node)
+                if not broker.registered and reachable:
+                    broker.registered = self.controller.register(node, self.now_ms)
+                if broker.registered:
+                    self.controller.heartbeat(node, broker.broker_epoch, self.now_ms, reachable=reachable)
+                    broker.tick(self.now_ms)
         elif node == CONTROLLER:
             if self.controller_alive:
                 self.controller.tick(self.now_ms)
@@ -208,7 +211,7 @@ class Simulation:
         epochs = self.controller.broker_epochs()
         views = self.controller.views()
         for broker in self.brokers.values():
-            if not broker.alive:
+            if not (broker.alive and broker.registered):
                 continue
             broker.broker_epoch = self.controller.registered_epoch(broker.broker_id)
             broker.set_broker_epochs(epochs)
@@ -311,7 +314,7 @@ class Simulation:
             self.restarts.remove(entry)
             broker = self.brokers[entry[1]]
             broker.restart()
-            self.controller.register(broker.broker_id, self.now_ms)
+            self.controller.restarted(broker.broker_id)
 
     def _schedule_controller_failover(self) -> None:
         self.controller.failover(self.now_ms)
@@ -323,7 +326,7 @@ class Simulation:
         for at_ms, broker in list(self.restarts):
             self.restarts.remove((at_ms, broker))
             self.brokers[broker].restart()
-            self.controller.register(broker, self.now_ms)
+            self.controller.restarted(broker)
         self.controller_alive = True
         self._sync_metadata()
 

@@ -82,9 +82,23 @@ def test_a_high_watermark_above_the_log_end() -> None:
     assert violation(lambda: check_step(PartitionHistory("t-0"), snapshot, VIEW)) == "hw_within_log"
 
 
-def test_replicas_disagreeing_below_the_high_watermark() -> None:
+def test_an_isr_member_disagreeing_with_the_leader_below_its_high_watermark() -> None:
     snapshot = [replica(1, [b"a", b"b"], 2, leader=True), replica(2, [b"a", b"X"], 1)]
     assert violation(lambda: check_step(PartitionHistory("t-0"), snapshot, VIEW)) == "committed_prefixes_agree"
+
+
+def test_a_replica_disagreeing_below_its_own_high_watermark_even_outside_the_isr() -> None:
+    history = PartitionHistory("t-0")
+    check_step(history, [replica(1, [b"a", b"b"], 2, leader=True)], VIEW)
+    outside = ControllerView(1, 1, 4, (1, 2, 3), (1,))
+    snapshot = [replica(1, [b"a", b"b"], 2, leader=True), replica(2, [b"a", b"X"], 2)]
+    assert violation(lambda: check_step(history, snapshot, outside)) == "committed_prefixes_agree"
+
+
+def test_an_uncommitted_divergent_suffix_outside_the_isr_is_allowed() -> None:
+    outside = ControllerView(1, 1, 3, (1, 2, 3), (1, 3))
+    snapshot = [replica(1, [b"a", b"b"], 2, leader=True), replica(2, [b"a", b"X"], 1)]
+    check_step(PartitionHistory("t-0"), snapshot, outside)
 
 
 def test_a_new_leader_without_a_committed_record() -> None:

@@ -75,6 +75,9 @@ class PartitionConfig:
     min_insync_replicas: int = 1
     replica_lag_time_max_ms: int = 30_000
     legacy_truncate_to_high_watermark: bool = False
+    # How long an AlterPartition may go unanswered before the leader sends it again (Kafka's broker-to-controller
+    # channel retries a request until it is answered; controller.socket.timeout.ms is 30 s).
+    alter_partition_timeout_ms: int = 30_000
 
 
 @dataclass(slots=True)
@@ -143,6 +146,7 @@ class Partition:
     local_broker_epoch: int = -1
     pending_produces: list[PendingProduce] = field(default_factory=list)
     next_isr_check_ms: int = 0
+    alter_partition_deadline_ms: int = 0
 
     def __post_init__(self) -> None:
         assert 0 <= self.log_start_offset <= self.high_watermark <= self.log_end_offset, self
@@ -398,7 +402,7 @@ class Partition:
                 last_caught_up_time_ms=remote.last_caught_up_time_ms,
             )
             effects.append(Emit(event))
-        effects += self._maybe_expand_isr(remote)
+        effects += self._maybe_expand_isr(remote, now_ms)
         if previous_end != remote.log_end_offset:
             effects += self._maybe_increment_high_watermark(now_ms)
         return effects
@@ -437,7 +441,7 @@ class Partition:
 
     # -- the ISR (leader) ----------------------------------------------------------------------------------
 
-    def _maybe_expand_isr(self, remote: RemoteReplica) -> list[Effect]:
+    def _maybe_expand_isr(self, remote: RemoteReplica, now_ms: int) -> list[Effect]:
         state = self.isr_state
         if state.inflight or remote.broker_id in state.isr or not self.is_isr_eligible(remote.broker_id):
             return []
@@ -445,7 +449,7 @@ class Partition:
         in_sync = remote.log_end_offset >= self.high_watermark and start is not None and remote.log_end_offset >= start
         if not in_sync:
             return []
-        return self._propose_isr(state.isr | {remote.broker_id}, "expand")
+        return self._propose_isr(state.isr | {remote.broker_id}, "expand", now_ms)
 
     def maybe_shrink_isr(self, now_ms: int) -> list[Effect]:
         """Kafka's isr-expiration task: propose removing ISR members that are no longer caught up."""
@@ -459,11 +463,12 @@ class Partition:
         }
         if not out_of_sync:
             return []
-        return self._propose_isr(self.isr - out_of_sync, "shrink")
+        return self._propose_isr(self.isr - out_of_sync, "shrink", now_ms)
 
-    def _propose_isr(self, proposed: frozenset[int], change: str) -> list[Effect]:
+    def _propose_isr(self, proposed: frozenset[int], change: str, now_ms: int) -> list[Effect]:
         assert self.local_id in proposed
         self.isr_state = IsrState(self.isr, proposed, change)
+        self.alter_partition_deadline_ms = now_ms + self.config.alter_partition_timeout_ms
         event = events.IsrChangeProposed(
             topic=self.topic,
             partition=self.partition,
@@ -507,6 +512,7 @@ class Partition:
             return [Emit(self._isr_change_completed(error))]
         if error in _WAIT_FOR_METADATA:
             return [Emit(self._isr_change_completed(error))]
+        self.alter_partition_deadline_ms = now_ms + self.config.alter_partition_timeout_ms
         return [Send(CONTROLLER, self._alter_partition_request())]
 
     def _isr_change_completed(self, error: ErrorCode) -> events.IsrChangeCompleted:
@@ -521,7 +527,8 @@ class Partition:
         )
 
     def tick(self, now_ms: int) -> list[Effect]:
-        """Time passing: expire acks=all produces, and run the ISR check every replica.lag.time.max.ms / 2."""
+        """Time passing: expire acks=all produces, send an unanswered AlterPartition again, and run the ISR
+        check every replica.lag.time.max.ms / 2."""
         effects: list[Effect] = []
         expired = [p for p in self.pending_produces if p.deadline_ms <= now_ms]
         if expired:
@@ -530,6 +537,9 @@ class Partition:
                 effects += self._answer(
                     pending.request_id, ErrorCode.REQUEST_TIMED_OUT, pending.base_offset, pending.last_offset, -1
                 )
+        if self.is_leader and self.isr_state.inflight and now_ms >= self.alter_partition_deadline_ms:
+            self.alter_partition_deadline_ms = now_ms + self.config.alter_partition_timeout_ms
+            effects.append(Send(CONTROLLER, self._alter_partition_request()))
         if self.is_leader and now_ms >= self.next_isr_check_ms:
             self.next_isr_check_ms = now_ms + max(self.config.replica_lag_time_max_ms // 2, 1)
             effects += self.maybe_shrink_isr(now_ms)

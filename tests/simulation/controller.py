@@ -1,0 +1,138 @@
+"""The simulated controller: the real ReplicationControl over a metadata log every node can read.
+
+The metadata log stands for the JetStream stream of metadata records: appending is the commit point, brokers
+read it to follow partition state, and a standby controller that takes over after the active one dies builds
+its image by replaying it, with a higher controller epoch (as a new holder of the NATS KV lease would).
+Brokers' sessions with the new controller start at the takeover, as KRaft's do.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeVar
+
+from hightide.core.controller import ControllerConfig, ControllerResult, ReplicationControl
+from hightide.core.metadata_image import MetadataImage
+from hightide.protocol.events import Event, LeaderElected
+from hightide.protocol.messages import AlterPartitionRequest, AlterPartitionResponse
+from hightide.protocol.metadata import MetadataRecord
+from simulation.broker import PartitionView
+
+if TYPE_CHECKING:
+    from simulation.simulator import SimConfig
+
+R = TypeVar("R")
+HEARTBEAT_INTERVAL_MS = 50
+
+
+class SimController:
+    def __init__(self, config: SimConfig, brokers: list[int], now_ms: int) -> None:
+        self.sim_config = config
+        self.brokers = brokers
+        self.controller_config = ControllerConfig(
+            broker_session_timeout_ms=config.session_timeout_ms,
+            min_insync_replicas=config.min_insync_replicas,
+            unclean_leader_election_enable=config.unclean_leader_election_enable,
+            auto_leader_rebalance_enable=False,
+        )
+        self.log: list[MetadataRecord] = []
+        self.events: list[Event] = []
+        self.control = ReplicationControl(self.controller_config)
+        self.controller_epoch = 1
+        self.incarnations = dict.fromkeys(brokers, 0)
+        self.last_heartbeat_ms: dict[int, int] = {}
+        self._unclean: set[tuple[str, int]] = set()
+        self._views: dict[tuple[str, int], PartitionView] | None = None
+
+    def _commit(self, result: ControllerResult[R]) -> R:
+        """Append the decision's records to the metadata log, then apply them (the shell's contract)."""
+        if result.records:
+            self.log.extend(result.records)
+            self.control.apply(result.records)
+            self._views = None
+        for event in result.events:
+            self.events.append(event)
+            if isinstance(event, LeaderElected) and event.election == "unclean":
+                self._unclean.add((event.topic, event.partition))
+        return result.response
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    def start(self, now_ms: int) -> None:
+        """Register and unfence every broker, then create the topic."""
+        for broker in self.brokers:
+            self.restarted(broker)
+            assert self.register(broker, now_ms)
+            self._heartbeat(broker, now_ms)
+        config = self.sim_config
+        reply = self._commit(
+            self.control.create_topic(
+                config.topic,
+                topic_id="sim-topic-0000000000000000",
+                partitions=config.partitions,
+                replication_factor=config.replication_factor,
+            )
+        )
+        assert reply.error.name == "NONE", reply
+
+    def restarted(self, broker: int) -> None:
+        """A broker process started again: a new incarnation, which must register before it may act."""
+        self.incarnations[broker] += 1
+
+    def register(self, broker: int, now_ms: int) -> bool:
+        """Register the broker's current incarnation (a killed broker left no clean-shutdown marker). Refused
+        (DUPLICATE_BROKER_REGISTRATION) while the previous incarnation's session is still valid: the broker
+        retries, and by the time it succeeds the controller has fenced the old incarnation."""
+        incarnation = f"broker-{broker}-incarnation-{self.incarnations[broker]}"
+        reply = self._commit(self.control.register_broker(broker, incarnation, -1, now_ms))
+        assert reply.error.name in ("NONE", "DUPLICATE_BROKER_REGISTRATION"), reply
+        return reply.error.name == "NONE"
+
+    def failover(self, now_ms: int) -> None:
+        """The standby wins the lease: a new controller epoch, an image replayed from the metadata log."""
+        self.controller_epoch += 1
+        image = MetadataImage().apply_all(self.log)
+        self.control = ReplicationControl(self.controller_config, image)
+        self.last_heartbeat_ms.clear()
+        self._views = None
+
+    # -- requests ------------------------------------------------------------------------------------------
+
+    def heartbeat(self, broker: int, broker_epoch: int, now_ms: int, *, reachable: bool) -> None:
+        if not reachable or now_ms - self.last_heartbeat_ms.get(broker, 0) < HEARTBEAT_INTERVAL_MS:
+            return
+        self._heartbeat(broker, now_ms)
+
+    def _heartbeat(self, broker: int, now_ms: int) -> None:
+        self.last_heartbeat_ms[broker] = now_ms
+        epoch = self.registered_epoch(broker)
+        self._commit(self.control.heartbeat(broker, epoch, now_ms, metadata_offset=len(self.log)))
+
+    def tick(self, now_ms: int) -> None:
+        self._commit(self.control.tick(now_ms))
+
+    def handle(self, source: int, message: object, now_ms: int) -> object | None:
+        if isinstance(message, AlterPartitionRequest):
+            response: AlterPartitionResponse = self._commit(self.control.alter_partition(message))
+            return response
+        return None
+
+    # -- what nodes read from the metadata log --------------------------------------------------------------
+
+    def views(self) -> dict[tuple[str, int], PartitionView]:
+        if self._views is None:
+            self._views = {
+                (topic.name, index): PartitionView(p.leader, p.leader_epoch, p.partition_epoch, p.replicas, p.isr)
+                for topic in self.control.image.topics.values()
+                for index, p in enumerate(topic.partitions)
+            }
+        return self._views
+
+    def broker_epochs(self) -> dict[int, int]:
+        return {b.broker_id: b.broker_epoch for b in self.control.image.brokers.values() if b.active}
+
+    def registered_epoch(self, broker: int) -> int:
+        registration = self.control.image.broker(broker)
+        return -1 if registration is None else registration.broker_epoch
+
+    def unclean_elected(self, tp: tuple[str, int]) -> bool:
+        return tp in self._unclean
