@@ -436,3 +436,14 @@ def test_a_follower_whose_leader_lost_a_committed_record_follows_it_and_reports_
     assert a.log.records() == b.log.records() == [(0, b"m0"), (1, b"m2")]
     truncation = next(e for e in a.events if isinstance(e, LogTruncated))
     assert (truncation.truncated_to, truncation.high_watermark_before, truncation.high_watermark) == (1, 2, 1)
+
+
+def test_an_unanswered_alter_partition_is_sent_again_after_its_timeout() -> None:
+    nodes = cluster(replicas=(1, 2, 3), alter_partition_timeout_ms=500)
+    leader = nodes[1]
+    leader.apply(leader.partition.maybe_shrink_isr(T0 + LAG_MS + 1))
+    sent = len(leader.sent)
+    leader.apply(leader.partition.tick(T0 + LAG_MS + 400))
+    assert len(leader.sent) == sent
+    leader.apply(leader.partition.tick(T0 + LAG_MS + 501))
+    assert len(leader.sent) == sent + 1 and leader.sent[-1].message == leader.sent[-2].message
