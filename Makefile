@@ -41,8 +41,13 @@ test: install lint  ## every test tier present (what CI runs)
 test-fast: install  ## the tests without the linters
 	$(RUN) pytest tests -x -q
 
-bench: install  ## benchmarks, printed (never asserted): storage and codec figures with their goals
+bench: install  ## benchmarks, printed (never asserted): storage, codec and simulator figures with their goals
 	$(RUN) hightide bench --workload all
+	PYTHONPATH=tests $(RUN) python -m simulation.bench
+
+SEEDS ?= 1000
+simulate: install  ## the deterministic simulation over SEEDS seeds (HIGHTIDE_SEED=n replays one)
+	HIGHTIDE_SIM_SEEDS=$(SEEDS) $(RUN) pytest tests/simulation -q -k "invariant_holds or replays"
 
 run: install  ## start a local cluster (arrives with the cluster issue)
 	@echo "make run: the local cluster (nats-server, controller, brokers) is not built yet; it arrives with" >&2

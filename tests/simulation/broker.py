@@ -69,6 +69,7 @@ class SimBroker:
     replicas: dict[TopicPartition, MemoryReplica] = field(default_factory=dict)
     flushed_end: dict[TopicPartition, int] = field(default_factory=dict)
     views: dict[TopicPartition, PartitionView] = field(default_factory=dict)
+    partition_class: type[Partition] = Partition
     alive: bool = True
     registered: bool = True  # a restarted broker acts on partition state only once it has registered again
     broker_epoch: int = -1
@@ -87,7 +88,7 @@ class SimBroker:
         self.views[tp] = view
         replica = self.replicas.get(tp)
         if replica is None:
-            replica = MemoryReplica(self.broker_id, Partition(tp[0], tp[1], self.broker_id, self.config))
+            replica = MemoryReplica(self.broker_id, self.partition_class(tp[0], tp[1], self.broker_id, self.config))
             self.replicas[tp] = replica
             self.flushed_end[tp] = 0
         replica.partition.broker_epochs = self.broker_epochs
@@ -207,7 +208,7 @@ class SimBroker:
             end = _batch_ends(old)[-1]
             cache = LeaderEpochCache(EpochEntry(e, o) for e, o in old.epoch_checkpoint)
             cache.truncate_from_end(end)
-            core = Partition(
+            core = self.partition_class(
                 tp[0],
                 tp[1],
                 self.broker_id,

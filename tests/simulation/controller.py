@@ -8,6 +8,8 @@ Brokers' sessions with the new controller start at the takeover, as KRaft's do.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, TypeVar
 
 from hightide.core.controller import ControllerConfig, ControllerResult, ReplicationControl
@@ -25,15 +27,20 @@ HEARTBEAT_INTERVAL_MS = 50
 
 
 class SimController:
-    def __init__(self, config: SimConfig, brokers: list[int], now_ms: int) -> None:
+    def __init__(
+        self, config: SimConfig, brokers: list[int], now_ms: int, overrides: Mapping[str, object] | None = None
+    ) -> None:
         self.sim_config = config
         self.brokers = brokers
         self.controller_config = ControllerConfig(
             broker_session_timeout_ms=config.session_timeout_ms,
             min_insync_replicas=config.min_insync_replicas,
             unclean_leader_election_enable=config.unclean_leader_election_enable,
+            eligible_leader_replicas_enable=config.eligible_leader_replicas_enable,
             auto_leader_rebalance_enable=False,
         )
+        if overrides:
+            self.controller_config = dataclasses.replace(self.controller_config, **overrides)  # type: ignore[arg-type]
         self.log: list[MetadataRecord] = []
         self.events: list[Event] = []
         self.control = ReplicationControl(self.controller_config)
@@ -41,6 +48,7 @@ class SimController:
         self.incarnations = dict.fromkeys(brokers, 0)
         self.last_heartbeat_ms: dict[int, int] = {}
         self._unclean: set[tuple[str, int]] = set()
+        self._recovered: set[tuple[str, int]] = set()
         self._views: dict[tuple[str, int], PartitionView] | None = None
 
     def _commit(self, result: ControllerResult[R]) -> R:
@@ -53,6 +61,8 @@ class SimController:
             self.events.append(event)
             if isinstance(event, LeaderElected) and event.election == "unclean":
                 self._unclean.add((event.topic, event.partition))
+            if isinstance(event, LeaderElected) and event.election == "last_known_leader":
+                self._recovered.add((event.topic, event.partition))
         return result.response
 
     # -- lifecycle -----------------------------------------------------------------------------------------
@@ -136,3 +146,7 @@ class SimController:
 
     def unclean_elected(self, tp: tuple[str, int]) -> bool:
         return tp in self._unclean
+
+    def last_known_leader_elected(self, tp: tuple[str, int]) -> bool:
+        """KIP-966's balanced recovery happened: Kafka's default, and a sanctioned (attributed) risk of loss."""
+        return tp in self._recovered

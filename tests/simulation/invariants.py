@@ -10,6 +10,7 @@ free of the simulator lets a test feed each one a violating history and watch it
 | epochs_monotonic             | a partition's leader epoch and partition epoch never go down (controller)       |
 | leader_in_isr                | the controller's leader is a member of the ISR it committed                    |
 | hw_within_log                | log start <= HW <= LEO on every replica                                          |
+| hw_within_isr                | a leader's HW <= the known LEO of every member of its maximal ISR               |
 | committed_prefixes_agree     | below its own HW a replica holds what was committed; ISR members hold the       |
 |                              | leader's records below the leader's HW                                          |
 | committed_never_truncated    | no truncation removes a record below the partition's committed offset*          |
@@ -50,6 +51,8 @@ class ReplicaSnapshot:
     log_end_offset: int
     high_watermark: int
     records: tuple[Record, ...]
+    # On a leader: (broker, LEO as the leader last heard it) for every member of its maximal ISR it has heard from.
+    isr_log_end_offsets: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ def check_step(
         check_controller(history, controller)
     for replica in replicas:
         check_hw_within_log(history.name, replica)
+        check_hw_within_isr(history.name, replica)
     leader = _current_leader(replicas, controller)
     isr = controller.isr if controller is not None else ()
     check_committed_prefixes_agree(history.name, replicas, leader, isr, None if history.exempt else history.committed)
@@ -144,6 +148,19 @@ def check_hw_within_log(name: str, replica: ReplicaSnapshot) -> None:
             f"broker {replica.broker}: log start {replica.log_start_offset}, HW {replica.high_watermark}, "
             f"LEO {replica.log_end_offset}",
         )
+
+
+def check_hw_within_isr(name: str, replica: ReplicaSnapshot) -> None:
+    """Kafka's HW rule waits for every member of the maximal ISR, so a leader never holds a HW above what an
+    ISR member has: otherwise that member could be elected without committed records."""
+    for member, log_end_offset in replica.isr_log_end_offsets:
+        if log_end_offset < replica.high_watermark:
+            raise InvariantViolation(
+                "hw_within_isr",
+                name,
+                f"leader {replica.broker}'s HW {replica.high_watermark} is above ISR member {member}'s LEO "
+                f"{log_end_offset}",
+            )
 
 
 def check_committed_prefixes_agree(

@@ -12,13 +12,14 @@ The protocol code is the real one (hightide.core): the simulator only carries ou
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hightide.core.effects import CONTROLLER
-from hightide.core.partition import PartitionConfig
+from hightide.core.partition import Partition, PartitionConfig
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.events import LogTruncated
 from hightide.protocol.messages import CONSUMER_REPLICA_ID, FetchPartition, FetchRequest
@@ -36,6 +37,7 @@ from simulation.invariants import (
     check_step,
     check_truncation,
 )
+from simulation.mutants import Mutant
 from simulation.network import Network, NetworkFaults
 
 T0 = 1_700_000_000_000
@@ -63,6 +65,9 @@ class SimConfig:
     network: NetworkFaults = field(default_factory=lambda: NetworkFaults(5, 0.02, 0.01))
     legacy_truncate_to_high_watermark: bool = False
     unclean_leader_election_enable: bool = False
+    # KIP-966: without it, a replica that lost its tail in a crash can stay the last ISR member and be elected
+    # with committed records missing (the simulator finds this; see the mutant tests). Hightide runs with it.
+    eligible_leader_replicas_enable: bool = True
 
 
 @dataclass
@@ -74,9 +79,11 @@ class Producer:
 
 
 class Simulation:
-    def __init__(self, seed: int, config: SimConfig | None = None, partition_class: type | None = None) -> None:
+    def __init__(self, seed: int, config: SimConfig | None = None, mutant: Mutant | None = None) -> None:
         self.seed = seed
-        self.config = config or SimConfig()
+        self.mutant = mutant
+        base = config or SimConfig()
+        self.config = dataclasses.replace(base, **mutant.sim_settings) if mutant else base  # type: ignore[arg-type]
         self.rng = random.Random(seed)
         self.now_ms = T0
         self.step_count = 0
@@ -87,10 +94,13 @@ class Simulation:
             alter_partition_timeout_ms=300,
             legacy_truncate_to_high_watermark=self.config.legacy_truncate_to_high_watermark,
         )
+        partition_class = mutant.partition_class if mutant else Partition
         self.brokers = {
-            b: SimBroker(b, core_config, random.Random(self.rng.random())) for b in range(1, self.config.brokers + 1)
+            b: SimBroker(b, core_config, random.Random(self.rng.random()), partition_class=partition_class)
+            for b in range(1, self.config.brokers + 1)
         }
-        self.controller = SimController(self.config, list(self.brokers), self.now_ms)
+        overrides = mutant.controller_settings if mutant else {}
+        self.controller = SimController(self.config, list(self.brokers), self.now_ms, overrides)
         self.controller_alive = True
         self.producers = [Producer(ACKS_ALL_PRODUCER, -1), Producer(ACKS_ONE_PRODUCER, 1)]
         self.consumer_positions: dict[tuple[str, int], int] = {}
@@ -280,14 +290,19 @@ class Simulation:
     # -- faults --------------------------------------------------------------------------------------------
 
     def _inject_fault(self) -> None:
+        """One fault: a crash (maybe lossy), a broker cut off from everyone, one broker-to-broker link cut (a
+        follower alive for the controller but unable to fetch), healing, or a controller failover."""
         choice = self.rng.random()
         alive = [b for b in self.brokers.values() if b.alive]
-        if choice < 0.4 and len(alive) > 1:
+        if choice < 0.3 and len(alive) > 1:
             self._crash(self.rng.choice(alive))
-        elif choice < 0.7:
+        elif choice < 0.5:
             victim = self.rng.choice(list(self.brokers))
             self.network.isolate(victim, [*self.brokers, CONTROLLER])
-        elif choice < 0.85:
+        elif choice < 0.75:
+            a, b = self.rng.sample(list(self.brokers), 2)
+            self.network.cut(a, b)
+        elif choice < 0.9:
             self.network.heal()
         elif self.controller_alive:
             self.controller_alive = False
@@ -344,6 +359,11 @@ class Simulation:
             log_end_offset=core.log_end_offset,
             high_watermark=core.high_watermark,
             records=tuple(replica.log.entries),
+            isr_log_end_offsets=tuple(
+                (remote.broker_id, remote.log_end_offset)
+                for remote in core.remotes.values()
+                if core.is_leader and remote.broker_id in core.isr_state.maximal_isr and remote.log_end_offset >= 0
+            ),
         )
 
     def check_invariants(self) -> None:
@@ -356,7 +376,8 @@ class Simulation:
                 if view is None
                 else ControllerView(view.leader, view.leader_epoch, view.partition_epoch, view.replicas, view.isr)
             )
-            if self.controller.unclean_elected(tp):
+            unclean = self.config.unclean_leader_election_enable and self.controller.unclean_elected(tp)
+            if unclean or self.controller.last_known_leader_elected(tp):
                 history.exempt = True
             check_step(history, replicas, controller)
 

@@ -6,6 +6,8 @@ one invariant, and expect InvariantViolation naming it; a healthy snapshot passe
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from simulation.invariants import (
@@ -150,3 +152,10 @@ def test_not_converged_after_healing() -> None:
     assert violation(lambda: check_converged("t-0", logs, shrunk)) == "converged"
     differing = [*logs[:2], replica(3, [b"b"], 1)]
     assert violation(lambda: check_converged("t-0", differing, VIEW)) == "converged"
+
+
+def test_a_leader_high_watermark_above_an_isr_members_log_end() -> None:
+    leader = replica(1, [b"a", b"b", b"c"], 2, leader=True)
+    check_step(PartitionHistory("t-0"), [dataclasses.replace(leader, isr_log_end_offsets=((2, 2), (3, 5)))], VIEW)
+    lagging = dataclasses.replace(leader, isr_log_end_offsets=((2, 1),))
+    assert violation(lambda: check_step(PartitionHistory("t-0"), [lagging], VIEW)) == "hw_within_isr"

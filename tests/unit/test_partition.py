@@ -447,3 +447,22 @@ def test_an_unanswered_alter_partition_is_sent_again_after_its_timeout() -> None
     assert len(leader.sent) == sent
     leader.apply(leader.partition.tick(T0 + LAG_MS + 501))
     assert len(leader.sent) == sent + 1 and leader.sent[-1].message == leader.sent[-2].message
+
+
+def test_a_follower_that_led_an_epoch_without_writing_drops_that_epoch_and_rejoins() -> None:
+    """Found by the simulator (seed 22): broker 3 led epoch 1 but wrote nothing, so its epoch cache ends with
+    (1, 2) at its LEO. Following the epoch-2 leader it is told it diverges at (0, 2); "truncating" to its own
+    LEO must still drop (1, 2), as Kafka's truncateTo does, or every later fetch diverges again."""
+    nodes = cluster(replicas=(1, 2, 3))
+    leader, b3 = nodes[1], nodes[3]
+    produce(leader, [b"a", b"b"], T0, acks=1)
+    replicate(leader, b3, T0 + 1)
+    b3.apply(b3.partition.make_leader(1, 1, (1, 2, 3), (1, 2, 3), T0 + 2))  # leads epoch 1, writes nothing
+    assert b3.partition.epoch_cache.entries[-1] == EpochEntry(1, 2)
+    leader.apply(leader.partition.make_leader(2, 2, (1, 2, 3), (1, 2, 3), T0 + 3))
+    produce(leader, [b"c"], T0 + 4, acks=1)
+    b3.apply(b3.partition.make_follower(1, 2, 2, (1, 2, 3), (1, 2, 3)))
+    for step in range(3):
+        replicate(leader, b3, T0 + 5 + step)
+    assert b3.log.records() == leader.log.records() == [(0, b"a"), (1, b"b"), (2, b"c")]
+    assert b3.partition.epoch_cache.entries == (EpochEntry(0, 0), EpochEntry(2, 2))

@@ -414,17 +414,20 @@ class Partition:
         if not self.is_leader or self.is_under_min_isr():
             return []
         candidate = self.log_end_offset
-        maximal = self.isr_state.maximal_isr
-        lag = self.config.replica_lag_time_max_ms
         for remote in self.remotes.values():
-            counts = remote.broker_id in maximal or (
-                remote.is_caught_up(self.log_end_offset, now_ms, lag) and self.is_isr_eligible(remote.broker_id)
-            )
-            if counts and remote.log_end_offset < candidate:
+            if remote.log_end_offset < candidate and self._counts_for_high_watermark(remote, now_ms):
                 candidate = remote.log_end_offset
         if candidate <= self.high_watermark:
             return []
         return self._set_high_watermark(candidate) + self._complete_delayed_produces()
+
+    def _counts_for_high_watermark(self, remote: RemoteReplica, now_ms: int) -> bool:
+        """A remote holds the HW back if it is in the maximal ISR, or caught up and ISR-eligible (Kafka's
+        shouldWaitForReplicaToJoinIsr: a replica about to join must not find the HW above its LEO)."""
+        if remote.broker_id in self.isr_state.maximal_isr:
+            return True
+        caught_up = remote.is_caught_up(self.log_end_offset, now_ms, self.config.replica_lag_time_max_ms)
+        return caught_up and self.is_isr_eligible(remote.broker_id)
 
     def _set_high_watermark(self, high_watermark: int) -> list[Effect]:
         assert self.log_start_offset <= high_watermark <= self.log_end_offset, (high_watermark, self)
@@ -611,7 +614,10 @@ class Partition:
 
     def _truncate(self, offset: int, reason: str) -> list[Effect]:
         if offset >= self.log_end_offset:
-            return []
+            # Kafka's UnifiedLog.truncateTo still trims the epoch cache at the LEO: a replica that led an epoch
+            # without writing in it holds (epoch, LEO), and would otherwise claim that epoch in every fetch
+            # and be told it diverges forever.
+            return [self._epoch_checkpoint()] if self.epoch_cache.truncate_from_end(self.log_end_offset) else []
         # No "never below the HW" assertion here: after a lossy crash of the replicas that held a committed
         # tail (KIP-101's second scenario) the new leader no longer has it, and a follower must follow that log
         # all the same, as Kafka's does. The event carries the HW before the cut, so the simulator's invariants

@@ -364,7 +364,7 @@ class TopicDeleted(Event):
 class PartitionChanged(Event):
     """The controller committed a partition's new state (every change bumps `partition_epoch`). `reason`:
     created, isr_shrink, isr_expand, election, controlled_shutdown, broker_fenced, broker_unfenced,
-    reassignment."""
+    broker_restarted, unclean_shutdown, broker_unregistered, reassignment."""
 
     topic: str
     partition: Int32
@@ -382,7 +382,8 @@ class PartitionChanged(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderElected(Event):
     """The controller chose a new leader (-1: none could be chosen). `election`: clean (from the ISR), elr,
-    unclean, preferred, or controlled_shutdown."""
+    unclean, last_known_leader (KIP-966's balanced recovery: ISR and ELR empty, the last leader returns; Kafka
+    counts it unclean), preferred, or controlled_shutdown."""
 
     topic: str
     partition: Int32

@@ -1,0 +1,127 @@
+"""The metadata records: KRaft's `__cluster_metadata` record types, reduced to what Hightide's controller uses.
+
+Room: libs/protocol (vocabulary). The active controller decides by producing these records; the shell appends
+them to the metadata log (a JetStream stream); every controller and broker builds the same `MetadataImage`
+(libs/core) by applying them in log order and by no other means. They are frozen values with no behaviour.
+
+Kafka's names and meanings (`metadata/src/main/resources/common/metadata/*.json`), with these reductions:
+
+| record                          | Kafka's fields left out                                                  |
+| ------------------------------- | ------------------------------------------------------------------------ |
+| RegisterBrokerRecord            | endpoints, rack, features, log dirs (`previous_broker_epoch` is kept so |
+|                                 | the log itself says whether the broker registered after a clean stop)   |
+| BrokerRegistrationChangeRecord  | log dirs; `None` stands for Kafka's "no change" value of each flag      |
+| PartitionRecord                 | removing/adding replicas, directories, leader recovery state            |
+| PartitionChangeRecord           | replicas, removing/adding replicas, directories, leader recovery state  |
+| ConfigRecord                    | resource type (always a topic here); `value` None deletes the key       |
+
+A PartitionChangeRecord carries only what changes: `None` leaves a list as it is, and `leader` is
+NO_LEADER_CHANGE (-2) unless the leader changes. Applying one always bumps the partition epoch, and bumps the
+leader epoch exactly when `leader` is set (PartitionRegistration.merge).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from hightide.protocol.events import BrokerIds, Int32, Int64
+
+NO_LEADER: Final = -1
+"""The `leader` of a partition that has none."""
+NO_LEADER_CHANGE: Final = -2
+"""The `leader` of a PartitionChangeRecord that does not change the leader (and so not the leader epoch)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterBrokerRecord:
+    """A broker registered: a new incarnation, or the same one again. `broker_epoch` is the metadata log offset
+    the registration was written at (KRaft's choice), so epochs only grow. A broker registers fenced."""
+
+    broker_id: Int32
+    broker_epoch: Int64
+    incarnation_id: str
+    previous_broker_epoch: Int64
+    fenced: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerRegistrationChangeRecord:
+    """A registered broker was fenced or unfenced, or entered controlled shutdown. `None`: no change."""
+
+    broker_id: Int32
+    broker_epoch: Int64
+    fenced: bool | None = None
+    in_controlled_shutdown: bool | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnregisterBrokerRecord:
+    """A broker's registration was removed."""
+
+    broker_id: Int32
+    broker_epoch: Int64
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicRecord:
+    """A topic came into being. Its configs (ConfigRecord) and partitions (PartitionRecord) follow it."""
+
+    name: str
+    topic_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigRecord:
+    """A topic config was set (`value`) or removed (`value` None)."""
+
+    topic: str
+    name: str
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionRecord:
+    """A partition's whole registration: written when it is created. The first replica is its preferred leader."""
+
+    topic_id: str
+    partition: Int32
+    replicas: BrokerIds
+    isr: BrokerIds
+    elr: BrokerIds = ()
+    last_known_elr: BrokerIds = ()
+    leader: Int32
+    leader_epoch: Int32 = 0
+    partition_epoch: Int32 = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionChangeRecord:
+    """A change of one partition: only the fields that change (`None`, or `leader` NO_LEADER_CHANGE, keep them)."""
+
+    topic_id: str
+    partition: Int32
+    leader: Int32 = NO_LEADER_CHANGE
+    isr: BrokerIds | None = None
+    elr: BrokerIds | None = None
+    last_known_elr: BrokerIds | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoveTopicRecord:
+    """A topic, its partitions and its configs were removed."""
+
+    topic_id: str
+
+
+MetadataRecord = (
+    RegisterBrokerRecord
+    | BrokerRegistrationChangeRecord
+    | UnregisterBrokerRecord
+    | TopicRecord
+    | ConfigRecord
+    | PartitionRecord
+    | PartitionChangeRecord
+    | RemoveTopicRecord
+)
+"""Every record type of the metadata log."""

@@ -1,0 +1,72 @@
+"""Known-bad variants of the protocol, each of which the simulator must catch: proof that its checks can fail.
+
+Each mutant changes one rule, the way a plausible bug or an old Kafka version would, by overriding one small
+method of the real Partition (or one controller setting). None of them is used outside the mutant tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from hightide.core.effects import Effect, Emit
+from hightide.core.partition import IsrState, Partition, RemoteReplica
+from hightide.protocol import events
+from hightide.protocol.messages import NO_EPOCH, FetchPartition
+
+
+class HighWatermarkOverCommittedIsr(Partition):
+    """The HW waits only for the committed ISR: a replica whose expansion is pending (or that is caught up and
+    about to join) does not hold it back, so it can join the ISR without records below the HW."""
+
+    def _counts_for_high_watermark(self, remote: RemoteReplica, now_ms: int) -> bool:
+        return remote.broker_id in self.isr
+
+
+class LeaderShrinksIsrAlone(Partition):
+    """The leader drops lagging followers from the ISR by itself and moves the HW on the smaller ISR, while the
+    controller still holds the old ISR and may elect a follower that lacks committed records."""
+
+    def _propose_isr(self, proposed: frozenset[int], change: str, now_ms: int) -> list[Effect]:
+        if change != "shrink":
+            return super()._propose_isr(proposed, change, now_ms)
+        self.isr_state = IsrState(proposed)
+        event = events.IsrChangeCompleted(
+            topic=self.topic,
+            partition=self.partition,
+            leader=self.local_id,
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+            isr=self.ordered(proposed),
+            error="NONE",
+        )
+        return [Emit(event), *self._maybe_increment_high_watermark(now_ms)]
+
+
+class NoDivergenceCheck(Partition):
+    """The leader ignores the follower's last fetched epoch: a follower with a divergent suffix keeps it."""
+
+    def on_fetch(self, replica_id: int, broker_epoch: int, fetch: FetchPartition, now_ms: int) -> list[Effect]:
+        return super().on_fetch(
+            replica_id, broker_epoch, dataclasses.replace(fetch, last_fetched_epoch=NO_EPOCH), now_ms
+        )
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    partition_class: type[Partition] = Partition
+    sim_settings: dict[str, object] = field(default_factory=dict)
+    controller_settings: dict[str, object] = field(default_factory=dict)
+
+
+MUTANTS = (
+    Mutant("truncate_to_local_high_watermark", sim_settings={"legacy_truncate_to_high_watermark": True}),
+    Mutant("high_watermark_over_committed_isr_only", HighWatermarkOverCommittedIsr),
+    Mutant("leader_shrinks_isr_on_its_own", LeaderShrinksIsrAlone),
+    Mutant("no_divergence_check", NoDivergenceCheck),
+    # The controller elects out-of-sync replicas although the cluster's configuration forbids it.
+    Mutant("unclean_election", controller_settings={"unclean_leader_election_enable": True}),
+    # KIP-966's motivation: a replica that lost its tail in a crash stays the last ISR member and leads.
+    Mutant("no_eligible_leader_replicas", sim_settings={"eligible_leader_replicas_enable": False}),
+)

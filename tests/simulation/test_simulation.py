@@ -1,0 +1,80 @@
+"""The whole cluster, simulated from seeds: the protocol holds every invariant under faults, every known-bad
+variant is caught, and a seed replays exactly.
+
+Method: tests/simulation/simulator.py runs brokers, controller, network, clock, lossy disks and clients from one
+seed for `STEPS` steps with faults, then heals and requires convergence; the invariants are checked after
+every step. `HIGHTIDE_SIM_SEEDS=n` runs more seeds (`make simulate SEEDS=n`), `HIGHTIDE_SEED=n` replays one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from simulation.invariants import InvariantViolation
+from simulation.mutants import MUTANTS, Mutant
+from simulation.simulator import Simulation
+
+STEPS = 2_000
+SEEDS = int(os.environ.get("HIGHTIDE_SIM_SEEDS", "200"))
+CHUNK = 25
+REPLAY_SEED = os.environ.get("HIGHTIDE_SEED")
+# How many seeds each mutant may take to be caught (measured: the slowest, high_watermark_over_committed_isr_only,
+# is caught at seed 68; the others within the first 45).
+MUTANT_SEEDS_MAX = 120
+
+
+def _seed_chunks() -> list[range]:
+    if REPLAY_SEED is not None:
+        return [range(int(REPLAY_SEED), int(REPLAY_SEED) + 1)]
+    return [range(start, min(start + CHUNK, SEEDS)) for start in range(0, SEEDS, CHUNK)]
+
+
+@pytest.mark.parametrize("seeds", _seed_chunks(), ids=lambda r: f"seeds-{r.start}-{r.stop - 1}")
+def test_every_invariant_holds_under_faults(seeds: range) -> None:
+    for seed in seeds:
+        simulation = Simulation(seed)
+        try:
+            simulation.run(STEPS)
+        except AssertionError as failure:
+            raise AssertionError(f"seed {seed} (replay: HIGHTIDE_SEED={seed} make simulate): {failure}") from None
+        acknowledged = sum(len(h.acknowledged) for h in simulation.histories.values())
+        assert acknowledged > 0, f"seed {seed}: no acks=all acknowledgement at all, so the run proved nothing"
+
+
+def _first_catching_seed(mutant: Mutant) -> tuple[int, InvariantViolation] | None:
+    for seed in range(MUTANT_SEEDS_MAX):
+        try:
+            Simulation(seed, mutant=mutant).run(STEPS)
+        except InvariantViolation as violation:
+            return seed, violation
+        except AssertionError:
+            continue  # the harness noticed something first; only a named invariant counts here
+    return None
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_a_known_bad_variant_is_caught(mutant: Mutant) -> None:
+    caught = _first_catching_seed(mutant)
+    assert caught is not None, f"{mutant.name} survived {MUTANT_SEEDS_MAX} seeds of {STEPS} steps"
+    seed, violation = caught
+    print(f"{mutant.name}: caught by {violation.invariant} at seed {seed}")
+
+
+def _trace(seed: int) -> str:
+    simulation = Simulation(seed)
+    simulation.run(STEPS)
+    logs = [
+        (broker.broker_id, tp, tuple(replica.log.entries), replica.partition.high_watermark)
+        for broker in simulation.brokers.values()
+        for tp, replica in sorted(broker.replicas.items())
+    ]
+    summary = (simulation.step_count, simulation.now_ms, simulation.network.sent, simulation.network.dropped, logs)
+    return hashlib.sha256(repr(summary).encode()).hexdigest()
+
+
+def test_a_seed_replays_exactly() -> None:
+    assert _trace(11) == _trace(11)
+    assert _trace(11) != _trace(12)
