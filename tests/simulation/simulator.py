@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from hightide.core.effects import CONTROLLER
 from hightide.core.partition import Partition, PartitionConfig
 from hightide.protocol.errors import ErrorCode
-from hightide.protocol.events import LogTruncated
+from hightide.protocol.events import Event, LogTruncated
 from hightide.protocol.messages import CONSUMER_REPLICA_ID, FetchPartition, FetchRequest
 from hightide.protocol.records import decode_batches
 from simulation.broker import FetchResponse, ProduceRequest, ProduceResponse, SimBroker
@@ -111,6 +111,7 @@ class Simulation:
         self.restarts: list[tuple[int, int]] = []  # (at ms, broker)
         self.lossy_losers: dict[tuple[str, int], set[int]] = {tp: set() for tp in self.histories}
         self.request_ids = 0
+        self.emitted: list[Event] | None = None  # set to a list to keep every event the cores emit
         self.timers: list[tuple[int, int, str, int]] = []
         self._timer_sequence = 0
         for node in [*self.brokers, CONTROLLER, ACKS_ALL_PRODUCER, ACKS_ONE_PRODUCER, CONSUMER]:
@@ -209,6 +210,8 @@ class Simulation:
                     self._check_acknowledgement(broker, tp, completion.base_offset, completion.last_offset)
             broker.completions.clear()
             for tp, replica in broker.replicas.items():
+                if self.emitted is not None:
+                    self.emitted.extend(replica.events)
                 for event in replica.events:
                     if isinstance(event, LogTruncated):
                         check_truncation(
