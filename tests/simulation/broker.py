@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from hightide.core.effects import CONTROLLER, CompleteProduce
+from hightide.core.effects import CompleteProduce
 from hightide.core.epoch_cache import EpochEntry, LeaderEpochCache
 from hightide.core.partition import Partition, PartitionConfig
 from hightide.protocol.errors import ErrorCode
@@ -236,7 +236,7 @@ class SimBroker:
     def _apply(self, tp: TopicPartition, replica: MemoryReplica, effects: list[object]) -> list[FetchResponsePartition]:
         answers = replica.apply(effects)  # type: ignore[arg-type]
         for send in replica.sent:
-            self.outbox.append((CONTROLLER if send.destination == CONTROLLER else send.destination, send.message))
+            self.outbox.append((send.destination, send.message))
         replica.sent.clear()
         for completion in replica.completed:
             self.completions.append((tp, completion))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hightide.core.effects import CONTROLLER
@@ -101,7 +100,6 @@ class Simulation:
         }
         overrides = mutant.controller_settings if mutant else {}
         self.controller = SimController(self.config, list(self.brokers), self.now_ms, overrides)
-        self.controller_alive = True
         self.producers = [Producer(ACKS_ALL_PRODUCER, -1), Producer(ACKS_ONE_PRODUCER, 1)]
         self.consumer_positions: dict[tuple[str, int], int] = {}
         self.consumer_inflight_deadline = 0
@@ -173,8 +171,7 @@ class Simulation:
                     self.controller.heartbeat(node, broker.broker_epoch, self.now_ms, reachable=reachable)
                     broker.tick(self.now_ms)
         elif node == CONTROLLER:
-            if self.controller_alive:
-                self.controller.tick(self.now_ms)
+            self.controller.tick(self.now_ms)
             self._restart_due_brokers()
         elif node == CONSUMER:
             self._consume()
@@ -183,18 +180,17 @@ class Simulation:
         self._sync_metadata()
 
     def _reaches_controller(self, broker: int) -> bool:
-        return self.controller_alive and not self.network.blocked(broker, CONTROLLER)
+        return not self.network.blocked(broker, CONTROLLER)
 
     def _deliver(self, source: int, destination: int, message: object) -> None:
         if destination in self.brokers:
             if self.brokers[destination].alive:
                 self.brokers[destination].handle(source, message, self.now_ms)
         elif destination == CONTROLLER:
-            if self.controller_alive:
-                answer = self.controller.handle(source, message, self.now_ms)
-                if answer is not None:
-                    self.network.send(self.now_ms, CONTROLLER, source, answer)
-                self._sync_metadata()
+            answer = self.controller.handle(source, message, self.now_ms)
+            if answer is not None:
+                self.network.send(self.now_ms, CONTROLLER, source, answer)
+            self._sync_metadata()
         elif destination == CONSUMER:
             self._on_consumed(source, message)
         else:
@@ -206,7 +202,8 @@ class Simulation:
                 self.network.send(self.now_ms, broker.broker_id, destination, message)
             broker.outbox.clear()
             for tp, completion in broker.completions:
-                if completion.error is ErrorCode.NONE and completion.request_id in self.acks_all_requests:
+                acks_all = completion.request_id in self.producers[0].inflight
+                if completion.error is ErrorCode.NONE and acks_all:
                     self._check_acknowledgement(broker, tp, completion.base_offset, completion.last_offset)
             broker.completions.clear()
             for tp, replica in broker.replicas.items():
@@ -232,10 +229,6 @@ class Simulation:
                 broker.apply_view(tp, view, self.now_ms)
 
     # -- clients -------------------------------------------------------------------------------------------
-
-    @property
-    def acks_all_requests(self) -> set[int]:
-        return {rid for rid in self.producers[0].inflight}
 
     def _produce(self, producer: Producer) -> None:
         expired = [rid for rid, (_, _, deadline) in producer.inflight.items() if deadline <= self.now_ms]
@@ -307,9 +300,9 @@ class Simulation:
             self.network.cut(a, b)
         elif choice < 0.9:
             self.network.heal()
-        elif self.controller_alive:
-            self.controller_alive = False
-            self._schedule_controller_failover()
+        else:
+            # The standby takes over at once: the lease's expiry gap is not modelled.
+            self.controller.failover(self.now_ms)
 
     def _crash(self, broker: SimBroker) -> None:
         lossy = self.rng.random() < self.config.lossy_crash_probability
@@ -334,10 +327,6 @@ class Simulation:
             broker.restart()
             self.controller.restarted(broker.broker_id)
 
-    def _schedule_controller_failover(self) -> None:
-        self.controller.failover(self.now_ms)
-        self.controller_alive = True
-
     def heal(self) -> None:
         self.network.heal()
         self.network.faults = NetworkFaults(self.config.network.delay_ms_max, 0.0, 0.0)
@@ -345,7 +334,6 @@ class Simulation:
             self.restarts.remove((at_ms, broker))
             self.brokers[broker].restart()
             self.controller.restarted(broker)
-        self.controller_alive = True
         self._sync_metadata()
 
     # -- invariants ----------------------------------------------------------------------------------------
@@ -404,13 +392,3 @@ class Simulation:
             check_converged(history.name, replicas, controller)
             leader_log = {offset: value for offset, value, _ in self.brokers[view.leader].replicas[tp].log.entries}
             check_acknowledged_never_lost(history, leader_log)
-
-
-def run_seed(
-    seed: int, steps: int, config: SimConfig | None = None, before: Callable[[Simulation], None] | None = None
-) -> Simulation:
-    simulation = Simulation(seed, config)
-    if before is not None:
-        before(simulation)
-    simulation.run(steps)
-    return simulation

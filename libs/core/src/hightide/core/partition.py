@@ -40,7 +40,7 @@ from hightide.core.effects import (
     UpdateHighWatermark,
     WriteEpochCheckpoint,
 )
-from hightide.core.epoch_cache import EpochEndOffset, EpochEntry, LeaderEpochCache
+from hightide.core.epoch_cache import EpochEndOffset, LeaderEpochCache
 from hightide.core.truncation import check_fetch_divergence, offset_truncation_state
 from hightide.protocol import events
 from hightide.protocol.errors import ErrorCode
@@ -716,4 +716,4 @@ class Partition:
         )
 
 
-__all__ = ["EpochEntry", "IsrState", "Partition", "PartitionConfig", "PendingProduce", "RemoteReplica"]
+__all__ = ["IsrState", "Partition", "PartitionConfig", "PendingProduce", "RemoteReplica"]
