@@ -1,0 +1,1 @@
+"""The broker-replica service: argv/env -> runtime + core + storage. Room: services/broker."""

@@ -1,0 +1,1 @@
+"""The controller service: argv/env -> runtime + core. Room: services/controller."""
