@@ -67,6 +67,7 @@ from hightide.protocol.metadata import (
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
+    ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
@@ -799,6 +800,16 @@ class ReplicationControl:
         work.add(UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=registration.broker_epoch), fenced)
         self._sessions.pop(broker_id, None)
         return self._result(work, Reply(ErrorCode.NONE))
+
+    def allocate_producer_ids(self, count: int = 1) -> ControllerResult[int]:
+        """Kafka's allocateProducerIds: hand out `count` producer ids from the next free one; the reply is the
+        first. The record makes the allocation survive a controller failover."""
+        self._check_no_outstanding()
+        assert count >= 1
+        first = self._image.next_producer_id
+        work = _Decision(self._image)
+        work.add(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=first + count))
+        return self._result(work, first)
 
     # -- topics -------------------------------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from hightide.protocol.metadata import (
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
+    ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
@@ -130,6 +131,8 @@ class MetadataImage:
 
     next_offset: int = 0
     last_broker_epoch: int = -1
+    next_producer_id: int = 0
+    """The first producer id not yet handed out."""
     brokers: Mapping[int, BrokerRegistration] = field(default_factory=dict)
     topics: Mapping[str, TopicImage] = field(default_factory=dict)
     """Topics by topic id."""
@@ -158,6 +161,9 @@ class MetadataImage:
                 image = self._change_partition(record)
             case RemoveTopicRecord():
                 image = self._remove_topic(record)
+            case ProducerIdsRecord():
+                assert record.next_producer_id > self.next_producer_id, (record, self.next_producer_id)
+                image = replace(self, next_producer_id=record.next_producer_id)
             case _:
                 assert_never(record)
         return replace(image, next_offset=offset + 1)

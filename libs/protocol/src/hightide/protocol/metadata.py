@@ -22,8 +22,10 @@ leader epoch exactly when `leader` is set (PartitionRegistration.merge).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Final
+
+import msgpack
 
 from hightide.protocol.events import BrokerIds, Int32, Int64
 
@@ -114,6 +116,16 @@ class RemoveTopicRecord:
     topic_id: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerIdsRecord:
+    """A block of producer ids was handed out: the next block starts at `next_producer_id` (KRaft's record).
+    `broker_id` -1: allocated for a client directly (Hightide's InitProducerId goes to the controller)."""
+
+    broker_id: Int32
+    broker_epoch: Int64
+    next_producer_id: Int64
+
+
 MetadataRecord = (
     RegisterBrokerRecord
     | BrokerRegistrationChangeRecord
@@ -123,5 +135,63 @@ MetadataRecord = (
     | PartitionRecord
     | PartitionChangeRecord
     | RemoveTopicRecord
+    | ProducerIdsRecord
 )
 """Every record type of the metadata log."""
+
+
+# -- the metadata log's messages -------------------------------------------------------------------------------
+
+METADATA_RECORD_TYPES: dict[str, type[MetadataRecord]] = {
+    cls.__name__: cls
+    for cls in (
+        RegisterBrokerRecord,
+        BrokerRegistrationChangeRecord,
+        UnregisterBrokerRecord,
+        TopicRecord,
+        ConfigRecord,
+        PartitionRecord,
+        PartitionChangeRecord,
+        RemoveTopicRecord,
+        ProducerIdsRecord,
+    )
+}
+
+
+class InvalidMetadataRecord(ValueError):
+    """A metadata log message that is not what a controller writes: the log is corrupt or not Hightide's."""
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataBatch:
+    """One message of the metadata log: the records of one controller decision, written atomically together.
+    `controller_epoch` says which controller tenure wrote it."""
+
+    controller_id: int
+    controller_epoch: int
+    records: tuple[MetadataRecord, ...]
+
+
+def encode_metadata_batch(batch: MetadataBatch) -> bytes:
+    records = [[type(r).__name__, {f.name: getattr(r, f.name) for f in fields(r)}] for r in batch.records]
+    body = {"controller_id": batch.controller_id, "controller_epoch": batch.controller_epoch, "records": records}
+    data: bytes = msgpack.packb(body, use_bin_type=True)
+    return data
+
+
+def decode_metadata_batch(data: bytes) -> MetadataBatch:
+    try:
+        body = msgpack.unpackb(data, raw=False, use_list=False)
+        records = tuple(_record(name, values) for name, values in body["records"])
+        return MetadataBatch(int(body["controller_id"]), int(body["controller_epoch"]), records)
+    except InvalidMetadataRecord:
+        raise
+    except Exception as error:  # msgpack and a wrong shape raise many types; all mean the same here
+        raise InvalidMetadataRecord(f"unreadable metadata log message: {type(error).__name__}: {error}") from None
+
+
+def _record(name: str, values: dict[str, object]) -> MetadataRecord:
+    cls = METADATA_RECORD_TYPES.get(name)
+    if cls is None:
+        raise InvalidMetadataRecord(f"unknown metadata record type {name!r}")
+    return cls(**values)  # type: ignore[arg-type]

@@ -205,10 +205,18 @@ class PartitionLog:
 
     # -- appending -----------------------------------------------------------------------------------------
 
-    def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int) -> AppendInfo:
-        """Validate a producer's batches, assign offsets from the LEO, stamp `leader_epoch`, and append."""
+    def validate_client_batches(self, records: bytes) -> list[BatchHeader]:
+        """What `append_as_leader` checks of a producer's batches, on its own: a broker validates before its
+        replication core assigns offsets, so a bad batch is refused before anything changes."""
+        return self._validate(records, from_client=True)
+
+    def append_as_leader(
+        self, records: bytes, leader_epoch: int, now_ms: int, *, validated: list[BatchHeader] | None = None
+    ) -> AppendInfo:
+        """Validate a producer's batches (unless `validated` holds the headers `validate_client_batches` returned
+        for these very bytes), assign offsets from the LEO, stamp `leader_epoch`, and append."""
         assert leader_epoch >= 0
-        headers = self._validate(records, from_client=True)
+        headers = validated if validated is not None else self._validate(records, from_client=True)
         view = memoryview(records)
         buffers: list[bytes | memoryview] = []
         batches: list[WrittenBatch] = []

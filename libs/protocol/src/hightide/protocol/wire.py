@@ -1,0 +1,400 @@
+"""The request and response bodies that cross NATS, and their msgpack codec.
+
+Room: libs/protocol (vocabulary). Every body is a frozen pydantic model with `extra="forbid"` and strict types:
+msgpack decodes to exactly the Python types declared, and nothing is coerced ("5" is not 5). Integers are sized
+as Kafka sizes the same field (Int16 error codes, Int32 ids/epochs/sizes, Int64 offsets/times), and every list
+and byte string has a bound, so a hostile request cannot make a service allocate without limit.
+
+`decode` is the one boundary exception: anything that is not a valid body of the expected type raises
+`InvalidRequest` (INVALID_REQUEST), which handlers answer with and otherwise ignore. Responses carry a top-level
+`error` (an ErrorCode number) and `message` for failures of the whole request; per-partition errors sit with each
+partition, as in Kafka's APIs.
+
+The field names and meanings are Kafka's (Produce v9, Fetch v12+, ListOffsets, OffsetsForLeaderEpoch, Metadata,
+BrokerRegistration, BrokerHeartbeat, AlterPartition, CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders,
+InitProducerId, DescribeCluster), reduced to what Hightide uses.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal, TypeVar
+
+import msgpack
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from hightide.protocol.errors import ErrorCode, HightideError
+
+Int16 = Annotated[int, Field(ge=-(2**15), le=2**15 - 1)]
+Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+NonNegInt32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
+BrokerId = Annotated[int, Field(ge=0, le=2**31 - 1)]
+ReplicaId = Annotated[int, Field(ge=-1, le=2**31 - 1)]
+PartitionId = Annotated[int, Field(ge=0, le=2**31 - 1)]
+TopicName = Annotated[str, StringConstraints(min_length=1, max_length=249, pattern=r"^[a-zA-Z0-9._-]+$")]
+ShortText = Annotated[str, StringConstraints(max_length=4096)]
+ConfigName = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+
+PARTITIONS_PER_REQUEST_MAX: Final = 10_000
+TOPICS_PER_REQUEST_MAX: Final = 1_000
+REPLICAS_MAX: Final = 1_000
+CONFIGS_MAX: Final = 100
+BODY_BYTES_MAX: Final = 64 * 1024 * 1024
+"""No NATS message is larger than this (nats-server's max_payload cannot exceed it)."""
+
+
+class InvalidRequest(HightideError):
+    error_code = ErrorCode.INVALID_REQUEST
+
+
+class Wire(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class Response(Wire):
+    error: Int16 = 0
+    message: ShortText = ""
+
+    @property
+    def error_code(self) -> ErrorCode:
+        return _error_code(self.error)
+
+
+def _error_code(number: int) -> ErrorCode:
+    try:
+        return ErrorCode(number)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+BrokerIds = Annotated[tuple[BrokerId, ...], Field(max_length=REPLICAS_MAX)]
+
+
+# -- produce ---------------------------------------------------------------------------------------------------
+
+
+class ProducePartitionData(Wire):
+    topic: TopicName
+    partition: PartitionId
+    records: Annotated[bytes, Field(min_length=1, max_length=BODY_BYTES_MAX)]
+
+
+class ProduceRequest(Wire):
+    acks: Literal[-1, 0, 1]
+    timeout_ms: NonNegInt32
+    partitions: Annotated[tuple[ProducePartitionData, ...], Field(min_length=1, max_length=PARTITIONS_PER_REQUEST_MAX)]
+
+
+class ProducePartitionResponse(Wire):
+    topic: TopicName
+    partition: PartitionId
+    error: Int16
+    base_offset: Int64 = -1
+    log_start_offset: Int64 = -1
+    message: ShortText = ""
+
+
+class ProduceResponse(Response):
+    partitions: Annotated[tuple[ProducePartitionResponse, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] = ()
+
+
+# -- fetch -----------------------------------------------------------------------------------------------------
+
+
+class FetchPartitionRequest(Wire):
+    topic: TopicName
+    partition: PartitionId
+    fetch_offset: Int64
+    current_leader_epoch: Int32 = -1
+    last_fetched_epoch: Int32 = -1
+    log_start_offset: Int64 = -1
+    partition_max_bytes: NonNegInt32 = 1024 * 1024
+
+
+class FetchRequest(Wire):
+    replica_id: ReplicaId
+    broker_epoch: Int64 = -1
+    max_wait_ms: Annotated[int, Field(ge=0, le=60_000)] = 500
+    min_bytes: NonNegInt32 = 1
+    max_bytes: NonNegInt32 = 50 * 1024 * 1024
+    partitions: Annotated[tuple[FetchPartitionRequest, ...], Field(min_length=1, max_length=PARTITIONS_PER_REQUEST_MAX)]
+
+
+class FetchPartitionResponse(Wire):
+    topic: TopicName
+    partition: PartitionId
+    error: Int16
+    high_watermark: Int64 = -1
+    log_start_offset: Int64 = -1
+    log_end_offset: Int64 = -1
+    diverging_epoch: Int32 = -1
+    diverging_end_offset: Int64 = -1
+    records: Annotated[bytes, Field(max_length=BODY_BYTES_MAX)] = b""
+
+
+class FetchResponse(Response):
+    partitions: Annotated[tuple[FetchPartitionResponse, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] = ()
+
+
+# -- list offsets and offsets for leader epoch -----------------------------------------------------------------
+
+EARLIEST_TIMESTAMP: Final = -2
+LATEST_TIMESTAMP: Final = -1
+
+
+class ListOffsetsPartition(Wire):
+    topic: TopicName
+    partition: PartitionId
+    timestamp: Int64
+    current_leader_epoch: Int32 = -1
+
+
+class ListOffsetsRequest(Wire):
+    partitions: Annotated[tuple[ListOffsetsPartition, ...], Field(min_length=1, max_length=PARTITIONS_PER_REQUEST_MAX)]
+
+
+class ListOffsetsPartitionResponse(Wire):
+    topic: TopicName
+    partition: PartitionId
+    error: Int16
+    timestamp: Int64 = -1
+    offset: Int64 = -1
+    leader_epoch: Int32 = -1
+
+
+class ListOffsetsResponse(Response):
+    partitions: Annotated[tuple[ListOffsetsPartitionResponse, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] = ()
+
+
+class EpochQuery(Wire):
+    topic: TopicName
+    partition: PartitionId
+    current_leader_epoch: Int32 = -1
+    leader_epoch: Int32
+
+
+class OffsetsForLeaderEpochRequest(Wire):
+    replica_id: ReplicaId = -1
+    partitions: Annotated[tuple[EpochQuery, ...], Field(min_length=1, max_length=PARTITIONS_PER_REQUEST_MAX)]
+
+
+class EpochEndOffsetResponse(Wire):
+    topic: TopicName
+    partition: PartitionId
+    error: Int16
+    leader_epoch: Int32 = -1
+    end_offset: Int64 = -1
+
+
+class OffsetsForLeaderEpochResponse(Response):
+    partitions: Annotated[tuple[EpochEndOffsetResponse, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] = ()
+
+
+# -- metadata --------------------------------------------------------------------------------------------------
+
+
+class MetadataRequest(Wire):
+    topics: Annotated[tuple[TopicName, ...], Field(max_length=TOPICS_PER_REQUEST_MAX)] | None = None
+
+
+class BrokerMetadata(Wire):
+    broker_id: BrokerId
+    broker_epoch: Int64
+    fenced: bool
+    in_controlled_shutdown: bool
+
+
+class PartitionMetadata(Wire):
+    partition: PartitionId
+    error: Int16 = 0
+    leader: Int32
+    leader_epoch: Int32
+    partition_epoch: Int32
+    replicas: BrokerIds
+    isr: BrokerIds
+    elr: BrokerIds = ()
+    last_known_elr: BrokerIds = ()
+
+
+class TopicMetadata(Wire):
+    name: TopicName
+    error: Int16 = 0
+    topic_id: ShortText = ""
+    partitions: Annotated[tuple[PartitionMetadata, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] = ()
+    configs: Annotated[dict[ConfigName, ShortText], Field(max_length=CONFIGS_MAX)] = Field(default_factory=dict)
+
+
+class MetadataResponse(Response):
+    brokers: Annotated[tuple[BrokerMetadata, ...], Field(max_length=REPLICAS_MAX)] = ()
+    topics: Annotated[tuple[TopicMetadata, ...], Field(max_length=TOPICS_PER_REQUEST_MAX)] = ()
+    metadata_offset: Int64 = -1
+
+
+# -- broker lifecycle (controller APIs) ------------------------------------------------------------------------
+
+
+class BrokerRegistrationRequest(Wire):
+    broker_id: BrokerId
+    incarnation_id: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    previous_broker_epoch: Int64 = -1
+
+
+class BrokerRegistrationResponse(Response):
+    broker_epoch: Int64 = -1
+
+
+class BrokerHeartbeatRequest(Wire):
+    broker_id: BrokerId
+    broker_epoch: Int64
+    current_metadata_offset: Int64
+    want_fence: bool = False
+    want_shut_down: bool = False
+
+
+class BrokerHeartbeatResponse(Response):
+    is_caught_up: bool = False
+    is_fenced: bool = True
+    should_shut_down: bool = False
+    in_controlled_shutdown: bool = False
+
+
+class AlterPartitionRequest(Wire):
+    broker_id: BrokerId
+    broker_epoch: Int64
+    topic: TopicName
+    partition: PartitionId
+    leader_epoch: Int32
+    partition_epoch: Int32
+    new_isr: BrokerIds
+    new_isr_broker_epochs: Annotated[tuple[Int64, ...], Field(max_length=REPLICAS_MAX)]
+
+
+class AlterPartitionResponse(Response):
+    topic: TopicName
+    partition: PartitionId
+    leader: Int32 = -1
+    leader_epoch: Int32 = -1
+    isr: BrokerIds = ()
+    partition_epoch: Int32 = -1
+
+
+# -- admin (controller APIs) -----------------------------------------------------------------------------------
+
+
+class CreatableTopic(Wire):
+    name: TopicName
+    num_partitions: Annotated[int, Field(ge=-1, le=PARTITIONS_PER_REQUEST_MAX)] = -1
+    replication_factor: Annotated[int, Field(ge=-1, le=REPLICAS_MAX)] = -1
+    assignments: Annotated[tuple[BrokerIds, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] | None = None
+    configs: Annotated[dict[ConfigName, ShortText], Field(max_length=CONFIGS_MAX)] = Field(default_factory=dict)
+
+
+class CreateTopicsRequest(Wire):
+    topics: Annotated[tuple[CreatableTopic, ...], Field(min_length=1, max_length=TOPICS_PER_REQUEST_MAX)]
+
+
+class TopicResult(Wire):
+    name: TopicName
+    error: Int16
+    message: ShortText = ""
+    topic_id: ShortText = ""
+    num_partitions: Int32 = -1
+    replication_factor: Int32 = -1
+
+
+class CreateTopicsResponse(Response):
+    topics: Annotated[tuple[TopicResult, ...], Field(max_length=TOPICS_PER_REQUEST_MAX)] = ()
+
+
+class DeleteTopicsRequest(Wire):
+    topics: Annotated[tuple[TopicName, ...], Field(min_length=1, max_length=TOPICS_PER_REQUEST_MAX)]
+
+
+class DeleteTopicsResponse(Response):
+    topics: Annotated[tuple[TopicResult, ...], Field(max_length=TOPICS_PER_REQUEST_MAX)] = ()
+
+
+class CreatePartitionsRequest(Wire):
+    topic: TopicName
+    count: Annotated[int, Field(ge=1, le=PARTITIONS_PER_REQUEST_MAX)]
+    assignments: Annotated[tuple[BrokerIds, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] | None = None
+
+
+class CreatePartitionsResponse(Response):
+    pass
+
+
+class TopicPartitionRef(Wire):
+    topic: TopicName
+    partition: PartitionId
+
+
+class ElectLeadersRequest(Wire):
+    election_type: Literal["preferred", "unclean"]
+    partitions: Annotated[tuple[TopicPartitionRef, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] | None = None
+
+
+class ElectionResult(Wire):
+    topic: TopicName
+    partition: PartitionId
+    error: Int16
+    message: ShortText = ""
+
+
+class ElectLeadersResponse(Response):
+    results: Annotated[tuple[ElectionResult, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] = ()
+
+
+class InitProducerIdRequest(Wire):
+    pass
+
+
+class InitProducerIdResponse(Response):
+    producer_id: Int64 = -1
+    producer_epoch: Int16 = -1
+
+
+class DescribeClusterRequest(Wire):
+    pass
+
+
+class DescribeClusterResponse(Response):
+    cluster_id: ShortText = ""
+    controller_id: Int32 = -1
+    controller_epoch: Int32 = -1
+    metadata_offset: Int64 = -1
+    brokers: Annotated[tuple[BrokerMetadata, ...], Field(max_length=REPLICAS_MAX)] = ()
+
+
+# -- codec -----------------------------------------------------------------------------------------------------
+
+W = TypeVar("W", bound=Wire)
+RW = TypeVar("RW", bound=Response)
+
+
+def encode(body: Wire) -> bytes:
+    data: bytes = msgpack.packb(body.model_dump(), use_bin_type=True)
+    return data
+
+
+def decode(kind: type[W], data: bytes) -> W:
+    """The body of type `kind` in `data`, or InvalidRequest saying what is wrong with it (the first problem)."""
+    if len(data) > BODY_BYTES_MAX:
+        raise InvalidRequest(f"body of {len(data)} bytes exceeds {BODY_BYTES_MAX}")
+    try:
+        raw = msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=True, max_bin_len=BODY_BYTES_MAX)
+    except Exception as error:  # msgpack raises many unrelated types for bad input
+        raise InvalidRequest(f"not a msgpack body: {type(error).__name__}") from None
+    if not isinstance(raw, dict):
+        raise InvalidRequest(f"expected a map for {kind.__name__}, got {type(raw).__name__}")
+    try:
+        return kind.model_validate(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or kind.__name__
+        raise InvalidRequest(f"{kind.__name__}.{where}: {first['msg']}") from None
+
+
+def error_response(kind: type[RW], error: ErrorCode, message: str = "", **fields: Any) -> RW:
+    """A response of type `kind` that fails the whole request with `error`."""
+    return kind(error=int(error), message=message[:4096], **fields)

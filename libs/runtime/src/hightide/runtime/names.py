@@ -1,0 +1,67 @@
+"""Every server config name a broker or controller accepts (Kafka's `server.properties` names, plus Hightide's).
+
+Room: libs/runtime. One properties file may configure a whole cluster, as Kafka's combined `server.properties`
+does, so both services accept every name here and each reads the ones it uses; a name outside this set is a
+typo and refused. Topic-level names (segment.bytes, retention.ms, …) are also broker defaults, as in Kafka.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from hightide.runtime.nats import NATS_CONFIG_NAMES
+
+LOG_CONFIG_NAMES: Final = frozenset(
+    {
+        "file.delete.delay.ms",
+        "flush.messages",
+        "flush.ms",
+        "index.interval.bytes",
+        "max.message.bytes",
+        "retention.bytes",
+        "retention.ms",
+        "segment.bytes",
+        "segment.index.bytes",
+        "segment.jitter.ms",
+        "segment.ms",
+    }
+)
+
+CONTROLLER_CONFIG_NAMES: Final = frozenset(
+    {
+        "broker.session.timeout.ms",
+        "min.insync.replicas",
+        "unclean.leader.election.enable",
+        "eligible.leader.replicas.enable",
+        "auto.leader.rebalance.enable",
+        "leader.imbalance.per.broker.percentage",
+        "leader.imbalance.check.interval.seconds",
+        "default.replication.factor",
+        "num.partitions",
+        "max.elections.per.imbalance",
+        "controller.lease.ms",
+        "metadata.log.replicas",
+    }
+)
+
+BROKER_CONFIG_NAMES: Final = frozenset(
+    {
+        "min.insync.replicas",
+        "replica.lag.time.max.ms",
+        "legacy.truncate.to.high.watermark",
+        "alter.partition.timeout.ms",
+        "broker.heartbeat.interval.ms",
+        "replica.fetch.wait.max.ms",
+        "replica.fetch.max.bytes",
+        "replica.fetch.response.max.bytes",
+        "replica.fetch.backoff.ms",
+        "replica.high.watermark.checkpoint.interval.ms",
+        "log.retention.check.interval.ms",
+        "controlled.shutdown.timeout.ms",
+        "controller.request.timeout.ms",
+    }
+)
+
+SERVER_CONFIG_NAMES: Final = (
+    LOG_CONFIG_NAMES | CONTROLLER_CONFIG_NAMES | BROKER_CONFIG_NAMES | frozenset(NATS_CONFIG_NAMES)
+)

@@ -1,0 +1,239 @@
+"""NATS connection settings and the one way a Hightide process connects to NATS.
+
+Room: libs/runtime. It owns the `nats.*` config names, their validation, the TLS context, and the connection's
+lifecycle callbacks (which only log). A failure to connect at start-up is a `NatsUnavailable` with a one-line
+message; after start-up nats-py reconnects on its own as configured. It must never print credentials: URLs are
+logged with their user info redacted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import nats.errors
+from nats.aio.client import Client
+
+from hightide.runtime.config import ConfigError
+from hightide.runtime.logging import Logger, get_logger
+
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+NATS_CONFIG_NAMES: tuple[str, ...] = (
+    "nats.url",
+    "nats.credentials.file",
+    "nats.user",
+    "nats.password",
+    "nats.token",
+    "nats.tls.ca.file",
+    "nats.tls.cert.file",
+    "nats.tls.key.file",
+)
+_URL_SCHEMES = ("nats://", "tls://")
+
+
+class NatsUnavailable(Exception):
+    """NATS could not be reached (or refused us) at start-up; the message is one line, fit for the CLI."""
+
+
+@dataclass(frozen=True)
+class NatsSettings:
+    """How to reach NATS. `url` may list several servers separated by commas. Validated on construction."""
+
+    url: str = DEFAULT_NATS_URL
+    credentials_file: Path | None = None
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    connect_timeout_s: float = 2.0
+    reconnect_wait_s: float = 0.5
+    max_reconnect_attempts: int = -1  # -1 reconnects forever: a broker outlives any NATS restart
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        for server in self.servers:
+            if not server.startswith(_URL_SCHEMES):
+                raise ConfigError(f"Invalid NATS URL {redact_url(server)}: it must start with nats:// or tls://")
+        if self.user is not None and self.password is None:
+            raise ConfigError("nats.user requires nats.password")
+        if self.token is not None and self.user is not None:
+            raise ConfigError("nats.token and nats.user are exclusive: give one way to authenticate")
+        if self.tls_cert_file is not None and self.tls_key_file is None:
+            raise ConfigError("nats.tls.cert.file requires nats.tls.key.file")
+        if self.tls_key_file is not None and self.tls_cert_file is None:
+            raise ConfigError("nats.tls.key.file requires nats.tls.cert.file")
+        self._check_timing()
+
+    def _check_timing(self) -> None:
+        if self.connect_timeout_s <= 0:
+            raise ConfigError(f"The NATS connect timeout must be positive, not {self.connect_timeout_s}")
+        if self.reconnect_wait_s < 0:
+            raise ConfigError(f"The NATS reconnect wait must not be negative, not {self.reconnect_wait_s}")
+        if self.max_reconnect_attempts < -1:
+            raise ConfigError(f"max_reconnect_attempts must be -1 (forever) or more, not {self.max_reconnect_attempts}")
+
+    @property
+    def servers(self) -> list[str]:
+        return [server.strip() for server in self.url.split(",") if server.strip()] or [self.url]
+
+    @property
+    def uses_tls(self) -> bool:
+        tls_files = (self.tls_ca_file, self.tls_cert_file)
+        return any(file is not None for file in tls_files) or any(s.startswith("tls://") for s in self.servers)
+
+
+def nats_settings(props: Mapping[str, str], *, url: str | None, name: str) -> NatsSettings:
+    """Settings from the `nats.*` properties; an explicit `url` (the `--nats-url` flag) wins over `nats.url`."""
+    credentials_file = _path(props, "nats.credentials.file")
+    if credentials_file is not None and importlib.util.find_spec("nkeys") is None:
+        raise ConfigError("nats.credentials.file needs the nkeys package, which is not installed")
+    return NatsSettings(
+        url=url if url is not None else props.get("nats.url", DEFAULT_NATS_URL),
+        credentials_file=credentials_file,
+        user=props.get("nats.user"),
+        password=props.get("nats.password"),
+        token=props.get("nats.token"),
+        tls_ca_file=_path(props, "nats.tls.ca.file"),
+        tls_cert_file=_path(props, "nats.tls.cert.file"),
+        tls_key_file=_path(props, "nats.tls.key.file"),
+        name=name,
+    )
+
+
+def _path(props: Mapping[str, str], name: str) -> Path | None:
+    value = props.get(name)
+    return Path(value) if value else None
+
+
+def build_tls_context(settings: NatsSettings) -> ssl.SSLContext | None:
+    """A client TLS context verifying the server (against `tls_ca_file` when given, else the system's CAs),
+    presenting `tls_cert_file` when given; None when the settings ask for no TLS at all."""
+    if not settings.uses_tls:
+        return None
+    try:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=settings.tls_ca_file)
+        if settings.tls_cert_file is not None:
+            context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    except (OSError, ssl.SSLError) as error:
+        raise ConfigError(f"Cannot load the NATS TLS files: {error}") from None
+    return context
+
+
+def redact_url(url: str) -> str:
+    """`url` without its password or token: `nats://user:secret@host` -> `nats://user:***@host`, and
+    `nats://token@host` -> `nats://***@host` (a lone user part is how NATS URLs carry a token)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    user_info, host = parts.netloc.rsplit("@", 1)
+    user, has_password, _ = user_info.partition(":")
+    redacted = f"{user}:***" if has_password else "***"
+    return urlunsplit(parts._replace(netloc=f"{redacted}@{host}"))
+
+
+async def connect(settings: NatsSettings, *, log: Logger | None = None) -> Client:
+    """A connected client, or NatsUnavailable on the first failure at start-up (refused, timed out, not
+    authorised). Once connected, nats-py reconnects as `settings` say and the callbacks log what happens."""
+    url = ",".join(redact_url(server) for server in settings.servers)
+    client = Client()
+    callbacks = _ConnectionCallbacks(log or get_logger(__name__), url, client)
+    try:
+        await client.connect(**_connect_options(settings, callbacks))
+    except (_StartupFailed, OSError, nats.errors.Error, TimeoutError) as failure:
+        callbacks.phase = "failed"
+        await client.close()
+        error = failure.error if isinstance(failure, _StartupFailed) else failure
+        raise NatsUnavailable(f"NATS is unavailable at {callbacks.url}: {_one_line(error)}") from None
+    except asyncio.CancelledError:
+        callbacks.phase = "failed"  # shut down while starting: leave no half-open client behind
+        await client.close()
+        raise
+    callbacks.phase = "started"
+    server = client.connected_url
+    callbacks.log.info(
+        "nats connected", nats_url=callbacks.url, server=f"{server.hostname}:{server.port}" if server else None
+    )
+    return client
+
+
+def _connect_options(settings: NatsSettings, callbacks: _ConnectionCallbacks) -> dict[str, Any]:
+    # A dict, because nats-py annotates the timeouts as int although it passes them to asyncio as seconds.
+    options: dict[str, Any] = {
+        "servers": settings.servers,
+        "name": settings.name,
+        "allow_reconnect": True,
+        "reconnect_time_wait": settings.reconnect_wait_s,
+        "max_reconnect_attempts": settings.max_reconnect_attempts,
+        "connect_timeout": settings.connect_timeout_s,
+        "tls": build_tls_context(settings),
+        "error_cb": callbacks.on_error,
+        "disconnected_cb": callbacks.on_disconnected,
+        "reconnected_cb": callbacks.on_reconnected,
+        "closed_cb": callbacks.on_closed,
+    }
+    if settings.credentials_file is not None:
+        options["user_credentials"] = str(settings.credentials_file)
+    if settings.user is not None:
+        options["user"], options["password"] = settings.user, settings.password
+    if settings.token is not None:
+        options["token"] = settings.token
+    return options
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if not isinstance(error, TimeoutError) else f"timed out ({text})"
+
+
+class _StartupFailed(Exception):
+    """Raised from the error callback during start-up to end nats-py's connect loop at the first failure.
+
+    nats-py retries the initial connection forever when reconnecting is allowed and max_reconnect_attempts is
+    -1, and with reconnecting disallowed it would never reconnect later. An exception from the error callback
+    that is not one of the errors nats-py retries on (OSError, nats.errors.Error, TimeoutError) leaves its
+    connect loop, so start-up fails fast while the steady state keeps reconnecting forever.
+    """
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+assert not issubclass(_StartupFailed, OSError | nats.errors.Error | TimeoutError)
+
+
+class _ConnectionCallbacks:
+    """nats-py's lifecycle callbacks: log once started; while starting, turn the first error into _StartupFailed;
+    after a failed start, stay quiet while the half-open client is closed (its errors are the failure's echo)."""
+
+    def __init__(self, log: Logger, url: str, client: Client) -> None:
+        self.log = log
+        self.url = url
+        self._client = client
+        self.phase: Literal["starting", "started", "failed"] = "starting"
+
+    async def on_error(self, error: Exception) -> None:
+        if self.phase == "starting":
+            raise _StartupFailed(error)
+        if self.phase == "started":
+            self.log.warning("nats error", nats_url=self.url, error=_one_line(error), error_type=type(error).__name__)
+
+    async def on_disconnected(self) -> None:
+        # A deliberate close() also calls this; only a lost connection (nats-py then reconnects) is a warning.
+        if self.phase == "started" and not self._client.is_closed:
+            self.log.warning("nats disconnected", nats_url=self.url)
+
+    async def on_reconnected(self) -> None:
+        self.log.info("nats reconnected", nats_url=self.url)
+
+    async def on_closed(self) -> None:
+        if self.phase == "started":
+            self.log.info("nats closed", nats_url=self.url)

@@ -1,0 +1,135 @@
+"""One hosted replica: the pure Partition core over its log on disk, and the effects carried out in order.
+
+Room: services/broker (wiring). The core decides; this applies its effects to the storage engine in list order
+(persist, then announce): appends and truncations go to the PartitionLog, the leader-epoch checkpoint is rewritten
+when the cache changes, the HW goes to the log (checkpointed by the broker periodically), and fetch answers are
+filled with raw whole batches read from the segment files. Sends, produce completions and events are handed
+back to the broker, which owns NATS.
+
+At start the core is rebuilt from what the disk holds, as Kafka's LogManager and Partition do after recovery:
+the log's offsets, the HW checkpoint clamped into [log start, LEO], and the epoch checkpoint cut at the LEO.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from hightide.core.effects import (
+    AppendAsFollower,
+    AppendAsLeader,
+    CompleteProduce,
+    Effect,
+    Emit,
+    Send,
+    ServeFetch,
+    Truncate,
+    TruncateFullyAndStartAt,
+    UpdateHighWatermark,
+    WriteEpochCheckpoint,
+)
+from hightide.core.epoch_cache import EpochEntry, LeaderEpochCache
+from hightide.core.partition import Partition, PartitionConfig
+from hightide.protocol.errors import ErrorCode
+from hightide.protocol.events import Event
+from hightide.protocol.messages import BatchSummary, FetchResponsePartition
+from hightide.protocol.records import BatchHeader, iter_batch_headers
+from hightide.storage import checkpoint
+from hightide.storage.checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
+from hightide.storage.errors import StorageError
+from hightide.storage.log import PartitionLog
+
+
+@dataclass
+class Outputs:
+    """What carrying out effects produced for the broker to deliver."""
+
+    sends: list[Send] = field(default_factory=list)
+    completions: list[CompleteProduce] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    fetch_answers: list[FetchResponsePartition] = field(default_factory=list)
+    appended: bool = False
+    high_watermark_moved: bool = False
+
+
+class DiskReplica:
+    def __init__(self, core: Partition, log: PartitionLog) -> None:
+        self.core = core
+        self.log = log
+        self._epoch_file = LeaderEpochCheckpointFile(log.directory / LEADER_EPOCH_CHECKPOINT)
+        self._pending_headers: list[BatchHeader] | None = None
+
+    @classmethod
+    def open(
+        cls, log: PartitionLog, broker_id: int, config: PartitionConfig, checkpointed_high_watermark: int
+    ) -> DiskReplica:
+        tp = log.topic_partition
+        epoch_file = LeaderEpochCheckpointFile(log.directory / LEADER_EPOCH_CHECKPOINT)
+        cache = LeaderEpochCache(EpochEntry(e.epoch, e.start_offset) for e in epoch_file.read())
+        cache.truncate_from_end(log.log_end_offset)
+        cache.truncate_from_start(log.log_start_offset)
+        high_watermark = min(max(checkpointed_high_watermark, log.log_start_offset), log.log_end_offset)
+        log.update_high_watermark(high_watermark)
+        core = Partition(
+            tp.topic,
+            tp.partition,
+            broker_id,
+            config,
+            log_start_offset=log.log_start_offset,
+            log_end_offset=log.log_end_offset,
+            high_watermark=high_watermark,
+            epoch_cache=cache,
+        )
+        replica = cls(core, log)
+        replica._write_epochs(tuple((e.epoch, e.start_offset) for e in cache.entries))
+        return replica
+
+    def validate(self, records: bytes) -> list[BatchHeader]:
+        """A producer's batches checked before the core sees them (StorageError with the Kafka code if bad)."""
+        return self.log.validate_client_batches(records)
+
+    def apply(self, effects: list[Effect], now_ms: int, validated: list[BatchHeader] | None = None) -> Outputs:
+        out = Outputs()
+        for effect in effects:
+            match effect:
+                case AppendAsLeader(records=records, base_offset=base, leader_epoch=epoch):
+                    info = self.log.append_as_leader(records, epoch, now_ms, validated=validated)
+                    assert info.first_offset == base, (info, base)
+                    out.appended = True
+                case AppendAsFollower(records=records):
+                    self.log.append_as_follower(records, now_ms)
+                    out.appended = True
+                case Truncate(offset=offset):
+                    self.log.truncate_to(offset, now_ms)
+                case TruncateFullyAndStartAt(offset=offset):
+                    self.log.truncate_fully_and_start_at(offset, now_ms)
+                case UpdateHighWatermark(high_watermark=high_watermark):
+                    self.log.update_high_watermark(high_watermark)
+                    out.high_watermark_moved = True
+                case WriteEpochCheckpoint(entries=entries):
+                    self._write_epochs(entries)
+                case ServeFetch():
+                    out.fetch_answers.append(self._fill(effect))
+                case Send():
+                    out.sends.append(effect)
+                case CompleteProduce():
+                    out.completions.append(effect)
+                case Emit(event=event):
+                    out.events.append(event)
+        assert self.log.log_end_offset == self.core.log_end_offset, (self.log.log_end_offset, self.core)
+        return out
+
+    def _write_epochs(self, entries: tuple[tuple[int, int], ...]) -> None:
+        self._epoch_file.write([checkpoint.EpochEntry(epoch, offset) for epoch, offset in entries])
+
+    def _fill(self, serve: ServeFetch) -> FetchResponsePartition:
+        response = serve.response
+        if serve.max_offset < 0 or response.error is not ErrorCode.NONE or response.diverging_epoch >= 0:
+            return response
+        try:
+            records = self.log.read(serve.fetch_offset, serve.max_bytes, max_offset=serve.max_offset)
+        except StorageError as error:
+            return replace(response, error=error.error_code)
+        batches = tuple(
+            BatchSummary(h.base_offset, h.last_offset, h.partition_leader_epoch) for _, h in iter_batch_headers(records)
+        )
+        return replace(response, records=records, batches=batches)

@@ -1,0 +1,237 @@
+"""The consumer (without groups): reads assigned partitions from given offsets, from each partition's leader.
+
+Room: services/client. A fetch goes to the leader with `current_leader_epoch`, long-polls (`fetch.max.wait.ms`),
+and the leader answers only records below its high watermark, so a consumer never sees an uncommitted record.
+NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH and a silent broker refresh the metadata and retry;
+OFFSET_OUT_OF_RANGE resets the position by `auto.offset.reset` (earliest or latest) or fails (none).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from hightide.client.connection import ClientError, ClusterConnection
+from hightide.protocol import wire
+from hightide.protocol.errors import ErrorCode
+from hightide.protocol.records import InvalidRecordBatch, decode_batch, iter_batch_headers
+from hightide.protocol.subjects import BrokerApi
+from hightide.runtime.rpc import RequestFailed
+
+_REFRESH: Final = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.BROKER_NOT_AVAILABLE,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NETWORK_EXCEPTION,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    fetch_max_wait_ms: int = 500
+    fetch_min_bytes: int = 1
+    max_partition_fetch_bytes: int = 1_048_576
+    fetch_max_bytes: int = 52_428_800
+    max_poll_records: int = 500
+    auto_offset_reset: str = "latest"
+    request_timeout_ms: int = 30_000
+    retry_backoff_ms: int = 100
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> ConsumerConfig:
+        values: dict[str, object] = {}
+        for name, text in props.items():
+            attribute = name.replace(".", "_")
+            if attribute == "auto_offset_reset":
+                if text not in ("earliest", "latest", "none"):
+                    raise ValueError(f"Invalid value {text} for configuration {name}")
+                values[attribute] = text
+            elif attribute in cls.__dataclass_fields__:
+                try:
+                    values[attribute] = int(text)
+                except ValueError:
+                    raise ValueError(f"Invalid value {text} for configuration {name}") from None
+            else:
+                raise ValueError(f"Unknown consumer config name: {name}")
+        return cls(**values)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+class ConsumeFailed(ClientError):
+    pass
+
+
+class Consumer:
+    def __init__(self, connection: ClusterConnection, config: ConsumerConfig | None = None) -> None:
+        self.conn = connection
+        self.config = config or ConsumerConfig()
+        self.positions: dict[tuple[str, int], int] = {}
+        self.high_watermarks: dict[tuple[str, int], int] = {}
+        self._buffered: list[ConsumerRecord] = []
+
+    def assign(self, positions: Mapping[tuple[str, int], int]) -> None:
+        """Read these partitions from these offsets (-2: the log start, -1: the end, Kafka's ListOffsets codes)."""
+        self.positions.update(positions)
+
+    async def resolve_positions(self) -> None:
+        """Turn -2/-1 positions into offsets (ListOffsets earliest/latest at each leader)."""
+        for tp, position in list(self.positions.items()):
+            if position < 0:
+                self.positions[tp] = await self.list_offset(tp, position)
+
+    async def list_offset(self, tp: tuple[str, int], timestamp: int) -> int:
+        for _ in range(50):
+            info = self.conn.leader_of(*tp) or (await self._refresh(tp[0]) or self.conn.leader_of(*tp))
+            if info is not None and info.leader >= 0:
+                query = wire.ListOffsetsPartition(topic=tp[0], partition=tp[1], timestamp=timestamp)
+                try:
+                    answer = await self.conn.broker(
+                        info.leader,
+                        BrokerApi.LIST_OFFSETS,
+                        wire.ListOffsetsRequest(partitions=(query,)),
+                        wire.ListOffsetsResponse,
+                        timeout_s=self.config.request_timeout_ms / 1000,
+                    )
+                    (result,) = answer.partitions
+                    if result.error == 0:
+                        return result.offset
+                except (RequestFailed, ValueError):
+                    pass
+            await asyncio.sleep(self.config.retry_backoff_ms / 1000)  # retry backoff before fresh metadata
+            await self._refresh(tp[0])
+        raise ConsumeFailed(f"no offset for {tp[0]}-{tp[1]}", ErrorCode.LEADER_NOT_AVAILABLE)
+
+    async def _refresh(self, topic: str) -> None:
+        try:
+            await self.conn.metadata((topic,))
+        except RequestFailed:
+            pass
+
+    async def poll(self) -> list[ConsumerRecord]:
+        """The next records (up to max.poll.records), waiting at most fetch.max.wait.ms for some."""
+        if not self._buffered:
+            await self._fetch_all()
+        records, self._buffered = (
+            self._buffered[: self.config.max_poll_records],
+            self._buffered[self.config.max_poll_records :],
+        )
+        return records
+
+    async def _fetch_all(self) -> None:
+        by_leader: dict[int, list[tuple[str, int]]] = {}
+        for tp in self.positions:
+            info = self.conn.leader_of(*tp)
+            if info is None:
+                await self._refresh(tp[0])
+                info = self.conn.leader_of(*tp)
+            if info is not None and info.leader >= 0:
+                by_leader.setdefault(info.leader, []).append(tp)
+        if not by_leader:
+            await asyncio.sleep(self.config.retry_backoff_ms / 1000)  # no leader known yet: back off, then retry
+            for topic in {tp[0] for tp in self.positions}:
+                await self._refresh(topic)
+            return
+        await asyncio.gather(*(self._fetch_from(leader, tps) for leader, tps in by_leader.items()))
+
+    async def _fetch_from(self, leader: int, tps: list[tuple[str, int]]) -> None:
+        partitions = tuple(
+            wire.FetchPartitionRequest(
+                topic=t,
+                partition=p,
+                fetch_offset=self.positions[(t, p)],
+                current_leader_epoch=self._epoch(t, p),
+                partition_max_bytes=self.config.max_partition_fetch_bytes,
+            )
+            for t, p in tps
+        )
+        body = wire.FetchRequest(
+            replica_id=-1,
+            max_wait_ms=self.config.fetch_max_wait_ms,
+            min_bytes=self.config.fetch_min_bytes,
+            max_bytes=self.config.fetch_max_bytes,
+            partitions=partitions,
+        )
+        try:
+            answer = await self.conn.broker(
+                leader,
+                BrokerApi.FETCH,
+                body,
+                wire.FetchResponse,
+                timeout_s=(self.config.fetch_max_wait_ms + self.config.request_timeout_ms) / 1000,
+            )
+        except RequestFailed:
+            await self._backoff_and_refresh({t for t, _ in tps})
+            return
+        stale: set[str] = set()
+        for result in answer.partitions:
+            tp = (result.topic, result.partition)
+            error = _code(result.error)
+            if error is ErrorCode.NONE:
+                self.high_watermarks[tp] = result.high_watermark
+                self._take(tp, result.records)
+            elif error is ErrorCode.OFFSET_OUT_OF_RANGE:
+                await self._reset(tp)
+            elif error in _REFRESH:
+                stale.add(result.topic)
+            else:
+                raise ConsumeFailed(f"fetch of {tp[0]}-{tp[1]} failed", error)
+        if stale or answer.error:
+            await self._backoff_and_refresh(stale or {t for t, _ in tps})
+
+    async def _backoff_and_refresh(self, topics: set[str]) -> None:
+        await asyncio.sleep(self.config.retry_backoff_ms / 1000)  # Kafka's retry.backoff.ms before a retry
+        for topic in topics:
+            await self._refresh(topic)
+
+    def _epoch(self, topic: str, partition: int) -> int:
+        info = self.conn.leader_of(topic, partition)
+        return -1 if info is None else info.leader_epoch
+
+    async def _reset(self, tp: tuple[str, int]) -> None:
+        policy = self.config.auto_offset_reset
+        if policy == "none":
+            raise ConsumeFailed(
+                f"offset {self.positions[tp]} of {tp[0]}-{tp[1]} is out of range", ErrorCode.OFFSET_OUT_OF_RANGE
+            )
+        self.positions[tp] = await self.list_offset(tp, -2 if policy == "earliest" else -1)
+
+    def _take(self, tp: tuple[str, int], data: bytes) -> None:
+        position = self.positions[tp]
+        try:
+            for pos, _ in iter_batch_headers(data):
+                header, records = decode_batch(data, pos)
+                for record in records:
+                    if record.offset < position:
+                        continue  # a batch is returned whole; skip what precedes the position
+                    self._buffered.append(
+                        ConsumerRecord(tp[0], tp[1], record.offset, record.timestamp, record.key, record.value)
+                    )
+                    position = record.offset + 1
+                position = max(position, header.next_offset)
+        except InvalidRecordBatch as error:
+            raise ConsumeFailed(f"corrupt records from {tp[0]}-{tp[1]}: {error}", ErrorCode.CORRUPT_MESSAGE) from None
+        self.positions[tp] = position
+
+
+def _code(number: int) -> ErrorCode:
+    try:
+        return ErrorCode(number)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR

