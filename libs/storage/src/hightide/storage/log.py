@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, NamedTuple
@@ -348,6 +348,40 @@ class PartitionLog:
             if data is not None:
                 return data
         return b""
+
+    def batch_headers(self, from_offset: int | None = None) -> Iterator[BatchHeader]:
+        """The header of every batch from the one holding `from_offset` (default: the log start offset) to the
+        LEO as of this call, in offset order, reading headers only (what a new leader rebuilds its producer
+        state from). OFFSET_OUT_OF_RANGE below the log start offset or above the LEO.
+
+        Reads go through `os.pread` on each segment's descriptor, so appends may run between two steps of the
+        iteration (what they add is not yielded); truncating or deleting segments meanwhile may not."""
+        start = self.log_start_offset if from_offset is None else from_offset
+        end = self.log_end_offset
+        if start < self.log_start_offset or start > end:
+            raise OffsetOutOfRange(
+                f"{self.topic_partition}: offset {start} is outside [{self.log_start_offset}, {end}]"
+            )
+        index = max(bisect.bisect_right(self._bases, start) - 1, 0)
+        segments = tuple(self._segments[index:])
+
+        def walk() -> Iterator[BatchHeader]:
+            for segment in segments:
+                position = 0
+                if segment.base_offset < start:
+                    first = segment.translate_offset(start)
+                    if first is None:
+                        continue  # nothing at or after `start` in this segment
+                    position = first.position
+                for located in segment.batches_from(position):
+                    header = located.header
+                    if header.base_offset >= end:
+                        return
+                    yield header
+                    if header.next_offset >= end:
+                        return  # stop before reading what appends wrote meanwhile
+
+        return walk() if start < end else iter(())
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """Kafka's ListOffsets by timestamp: (timestamp, offset) of the first record at or after the log start

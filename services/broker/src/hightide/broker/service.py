@@ -154,6 +154,7 @@ class BrokerService:
     async def run(self) -> None:
         """Recover the logs, follow the metadata, register, serve; on stop, shut down cleanly."""
         self._open_logs()
+        await self.metadata_log.ensure_stream()  # the broker may start before any controller has
         self._startup_target = await self.metadata_log.last_sequence()
         if self._startup_target == 0:
             self.metadata_ready.set()

@@ -33,7 +33,7 @@ class Admin:
                 answer = await self.conn.controller(api, body, kind, timeout_s=min(remaining, 5.0))
             except RequestFailed as error:
                 if time.monotonic() >= deadline:
-                    return kind(error=int(error.error_code), message=str(error))  # type: ignore[call-arg]
+                    return kind(error=int(error.error_code), message=str(error))
             else:
                 if answer.error_code is not ErrorCode.NOT_CONTROLLER or time.monotonic() >= deadline:
                     return answer

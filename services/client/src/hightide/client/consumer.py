@@ -9,6 +9,7 @@ OFFSET_OUT_OF_RANGE resets the position by `auto.offset.reset` (earliest or late
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -98,7 +99,10 @@ class Consumer:
 
     async def list_offset(self, tp: tuple[str, int], timestamp: int) -> int:
         for _ in range(50):
-            info = self.conn.leader_of(*tp) or (await self._refresh(tp[0]) or self.conn.leader_of(*tp))
+            info = self.conn.leader_of(*tp)
+            if info is None:
+                await self._refresh(tp[0])
+                info = self.conn.leader_of(*tp)
             if info is not None and info.leader >= 0:
                 query = wire.ListOffsetsPartition(topic=tp[0], partition=tp[1], timestamp=timestamp)
                 try:
@@ -119,10 +123,8 @@ class Consumer:
         raise ConsumeFailed(f"no offset for {tp[0]}-{tp[1]}", ErrorCode.LEADER_NOT_AVAILABLE)
 
     async def _refresh(self, topic: str) -> None:
-        try:
+        with contextlib.suppress(RequestFailed):
             await self.conn.metadata((topic,))
-        except RequestFailed:
-            pass
 
     async def poll(self) -> list[ConsumerRecord]:
         """The next records (up to max.poll.records), waiting at most fetch.max.wait.ms for some."""

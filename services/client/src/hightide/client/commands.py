@@ -1,0 +1,482 @@
+"""The `hightide` subcommands that talk to a cluster: cluster, topic, broker list, leader-election, produce, consume.
+
+Room: services/client. Each command finds the cluster (CONTRACT.md: `--nats-url`, HIGHTIDE_NATS_URL, the local
+cluster's cluster.json, nats://127.0.0.1:4222), does one thing, prints its result, and returns the exit code:
+0 success, 1 the operation failed (the message names the Kafka error), 2 usage or input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from hightide.client.admin import Admin
+from hightide.client.connection import ClusterConnection
+from hightide.client.consumer import Consumer, ConsumerConfig
+from hightide.client.local_cluster import ClusterError, LocalCluster, pid_alive
+from hightide.client.producer import ProduceFailed, Producer, ProducerConfig
+from hightide.protocol import wire
+from hightide.protocol.errors import ErrorCode
+from hightide.runtime.nats import NatsUnavailable
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+
+
+class UsageError(Exception):
+    pass
+
+
+def cluster_address(args: argparse.Namespace) -> tuple[str, str]:
+    """(nats url, cluster id) by CONTRACT.md's order of precedence."""
+    state = None
+    try:
+        state = LocalCluster(args.data_dir).read_state()
+    except ClusterError:
+        state = None
+    url = args.nats_url or os.environ.get("HIGHTIDE_NATS_URL") or (state.nats_url if state else DEFAULT_NATS_URL)
+    cluster_id = args.cluster_id or os.environ.get("HIGHTIDE_CLUSTER_ID") or (state.cluster_id if state else "local")
+    return url, cluster_id
+
+
+async def _connect(args: argparse.Namespace) -> ClusterConnection:
+    url, cluster_id = cluster_address(args)
+    return await ClusterConnection.open(url, cluster_id)
+
+
+def _key_values(items: Sequence[str] | None) -> dict[str, str]:
+    result = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"expected key=value, got {item!r}")
+        result[key] = value
+    return result
+
+
+def _failed(command: str, error: int | ErrorCode, message: str = "") -> int:
+    code = error if isinstance(error, ErrorCode) else ErrorCode(error)
+    print(f"hightide {command}: {code.name}{': ' + message if message else ''}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+# -- cluster ---------------------------------------------------------------------------------------------------
+
+
+def cluster_up(args: argparse.Namespace) -> int:
+    cluster = LocalCluster(args.data_dir)
+    _url, cluster_id = cluster_address(args)
+    _key_values(args.config)
+    state = cluster.up(
+        brokers=args.brokers,
+        controllers=args.controllers,
+        cluster_id=cluster_id,
+        config=args.config or [],
+        nats_url=args.nats_url,
+    )
+    print(f"starting a local cluster: {state.nats_url}, {args.controllers} controller(s), {args.brokers} broker(s)")
+    status = asyncio.run(_wait_ready(state.nats_url, state.cluster_id, args.brokers, args.timeout))
+    if status is None:
+        print(
+            f"hightide cluster up: the cluster did not become ready (logs: {args.data_dir / 'logs'})", file=sys.stderr
+        )
+        return EXIT_FAILED
+    _print_status(cluster, status, sys.stdout)
+    if args.detach:
+        return EXIT_OK
+    print("running; press Ctrl-C to stop")
+    try:
+        while True:
+            time.sleep(1)  # the foreground view: nothing to synchronise, it waits for Ctrl-C
+    except KeyboardInterrupt:
+        cluster.down()
+    return EXIT_OK
+
+
+async def _wait_ready(url: str, cluster_id: str, brokers: int, timeout_s: float) -> wire.DescribeClusterResponse | None:
+    deadline = time.monotonic() + timeout_s
+    conn = None
+    while conn is None:
+        try:
+            conn = await ClusterConnection.open(url, cluster_id)
+        except NatsUnavailable:
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(0.1)  # polling for readiness, bounded by the deadline
+    try:
+        admin = Admin(conn, timeout_s=2.0)
+        while time.monotonic() < deadline:
+            status = await admin.describe_cluster()
+            unfenced = [b for b in status.brokers if not b.fenced]
+            if status.error == 0 and len(unfenced) >= brokers:
+                return status
+            await asyncio.sleep(0.1)  # polling for readiness, bounded by the deadline
+        return None
+    finally:
+        await conn.close()
+
+
+def cluster_down(args: argparse.Namespace) -> int:
+    state = LocalCluster(args.data_dir).down()
+    print("no local cluster" if state is None else "stopped")
+    return EXIT_OK
+
+
+def cluster_status(args: argparse.Namespace) -> int:
+    cluster = LocalCluster(args.data_dir)
+    url, cluster_id = cluster_address(args)
+    status = asyncio.run(_describe(url, cluster_id))
+    if args.json:
+        state = cluster.read_state()
+        body: dict[str, Any] = state.to_json() if state else {"nats_url": url, "cluster_id": cluster_id}
+        body["active_controller"] = {"id": status.controller_id, "epoch": status.controller_epoch}
+        body["broker_states"] = {
+            str(b.broker_id): {"registered": True, "fenced": b.fenced, "broker_epoch": b.broker_epoch}
+            for b in status.brokers
+        }
+        print(json.dumps(body, indent=2))
+    else:
+        _print_status(cluster, status, sys.stdout)
+    return EXIT_OK if status.error == 0 else EXIT_FAILED
+
+
+async def _describe(url: str, cluster_id: str) -> wire.DescribeClusterResponse:
+    conn = await ClusterConnection.open(url, cluster_id)
+    try:
+        return await Admin(conn, timeout_s=5.0).describe_cluster()
+    finally:
+        await conn.close()
+
+
+def _print_status(cluster: LocalCluster, status: wire.DescribeClusterResponse, out: TextIO) -> None:
+    state = cluster.read_state()
+    print(f"Controller: {status.controller_id}\tControllerEpoch: {status.controller_epoch}", file=out)
+    for broker in status.brokers:
+        pid = state.brokers.get(str(broker.broker_id)) if state else None
+        running = "" if pid is None else f"\tPid: {pid}{'' if pid_alive(pid) else ' (exited)'}"
+        fenced = "fenced" if broker.fenced else ("shutting-down" if broker.in_controlled_shutdown else "active")
+        print(f"Broker: {broker.broker_id}\tEpoch: {broker.broker_epoch}\tState: {fenced}{running}", file=out)
+
+
+def cluster_start_broker(args: argparse.Namespace) -> int:
+    pid = LocalCluster(args.data_dir).start_broker(args.id)
+    print(f"broker {args.id} started (pid {pid})")
+    return EXIT_OK
+
+
+def cluster_stop_broker(args: argparse.Namespace) -> int:
+    LocalCluster(args.data_dir).stop_broker(args.id, hard=args.hard)
+    print(f"broker {args.id} {'killed' if args.hard else 'stopped'}")
+    return EXIT_OK
+
+
+# -- topics ----------------------------------------------------------------------------------------------------
+
+
+def describe_lines(
+    topic: wire.TopicMetadata, *, under_replicated: bool = False, unavailable: bool = False
+) -> list[str]:
+    """kafka-topics.sh --describe, byte for byte (KRaft, ELR-aware)."""
+    replication = len(topic.partitions[0].replicas) if topic.partitions else 0
+    configs = ",".join(f"{k}={v}" for k, v in sorted(topic.configs.items()))
+    lines = [
+        f"Topic: {topic.name}\tTopicId: {topic.topic_id}\tPartitionCount: {len(topic.partitions)}\t"
+        f"ReplicationFactor: {replication}\tConfigs: {configs}"
+    ]
+    for p in topic.partitions:
+        if under_replicated and len(p.isr) >= len(p.replicas):
+            continue
+        if unavailable and p.leader >= 0:
+            continue
+        leader = "none" if p.leader < 0 else str(p.leader)
+        lines.append(
+            f"\tTopic: {topic.name}\tPartition: {p.partition}\tLeader: {leader}\t"
+            f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}\tElr: {_ids(p.elr)}\t"
+            f"LastKnownElr: {_ids(p.last_known_elr)}"
+        )
+    return lines
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ",".join(str(i) for i in ids)
+
+
+async def _admin_call(args: argparse.Namespace, action: Any) -> int:
+    conn = await _connect(args)
+    try:
+        result: int = await action(Admin(conn), conn)
+        return result
+    finally:
+        await conn.close()
+
+
+def topic_create(args: argparse.Namespace) -> int:
+    configs = _key_values(args.config)
+
+    async def action(admin: Admin, _conn: ClusterConnection) -> int:
+        result = await admin.create_topic(args.name, args.partitions, args.replication_factor, configs)
+        if result.error:
+            return _failed("topic create", result.error, result.message)
+        print(f"Created topic {args.name}.")
+        return EXIT_OK
+
+    return asyncio.run(_admin_call(args, action))
+
+
+def topic_describe(args: argparse.Namespace) -> int:
+    async def action(admin: Admin, _conn: ClusterConnection) -> int:
+        answer = await admin.describe_topics(tuple(args.names) if args.names else None)
+        status = EXIT_OK
+        for topic in answer.topics:
+            if topic.error:
+                status = _failed("topic describe", topic.error, topic.name)
+                continue
+            lines = describe_lines(
+                topic, under_replicated=args.under_replicated_partitions, unavailable=args.unavailable_partitions
+            )
+            if args.under_replicated_partitions or args.unavailable_partitions:
+                lines = lines[1:]
+            for line in lines:
+                print(line)
+        return status
+
+    return asyncio.run(_admin_call(args, action))
+
+
+def topic_list(args: argparse.Namespace) -> int:
+    async def action(admin: Admin, _conn: ClusterConnection) -> int:
+        for topic in (await admin.describe_topics()).topics:
+            print(topic.name)
+        return EXIT_OK
+
+    return asyncio.run(_admin_call(args, action))
+
+
+def topic_alter(args: argparse.Namespace) -> int:
+    if args.config:
+        raise UsageError("changing topic configs is not supported yet; only --partitions")
+    if args.partitions is None:
+        raise UsageError("nothing to alter: give --partitions")
+
+    async def action(admin: Admin, _conn: ClusterConnection) -> int:
+        answer = await admin.create_partitions(args.name, args.partitions)
+        if answer.error:
+            return _failed("topic alter", answer.error, answer.message)
+        print(f"Topic {args.name} now has {args.partitions} partitions.")
+        return EXIT_OK
+
+    return asyncio.run(_admin_call(args, action))
+
+
+def topic_delete(args: argparse.Namespace) -> int:
+    async def action(admin: Admin, _conn: ClusterConnection) -> int:
+        result = await admin.delete_topic(args.name)
+        if result.error:
+            return _failed("topic delete", result.error, result.message)
+        print(f"Deleted topic {args.name}.")
+        return EXIT_OK
+
+    return asyncio.run(_admin_call(args, action))
+
+
+def broker_list(args: argparse.Namespace) -> int:
+    async def action(admin: Admin, _conn: ClusterConnection) -> int:
+        status = await admin.describe_cluster()
+        if status.error:
+            return _failed("broker list", status.error, status.message)
+        for b in status.brokers:
+            state = "fenced" if b.fenced else ("shutting-down" if b.in_controlled_shutdown else "active")
+            print(f"{b.broker_id}\tepoch={b.broker_epoch}\t{state}")
+        return EXIT_OK
+
+    return asyncio.run(_admin_call(args, action))
+
+
+def leader_election(args: argparse.Namespace) -> int:
+    if args.all_topic_partitions == (args.topic is not None):
+        raise UsageError("give --all-topic-partitions, or --topic with --partition")
+    targets = None if args.all_topic_partitions else ((args.topic, args.partition),)
+    if targets is not None and args.partition is None:
+        raise UsageError("--topic needs --partition")
+
+    async def action(admin: Admin, _conn: ClusterConnection) -> int:
+        answer = await admin.elect_leaders(args.election_type, targets)
+        if answer.error:
+            return _failed("leader-election", answer.error, answer.message)
+        status = EXIT_OK
+        for r in answer.results:
+            if r.error == 0:
+                kind = args.election_type.upper()
+                print(f"Successfully completed leader election ({kind}) for partitions {r.topic}-{r.partition}")
+            elif r.error == ErrorCode.ELECTION_NOT_NEEDED:
+                print(f"Valid replica already elected for partitions {r.topic}-{r.partition}")
+            else:
+                status = _failed("leader-election", r.error, f"{r.topic}-{r.partition} {r.message}")
+        return status
+
+    return asyncio.run(_admin_call(args, action))
+
+
+# -- produce and consume ---------------------------------------------------------------------------------------
+
+
+def produce(args: argparse.Namespace) -> int:
+    props = _key_values(args.producer_property)
+    props.setdefault("acks", args.acks)
+    if args.linger_ms is not None:
+        props["linger.ms"] = str(args.linger_ms)
+    if args.batch_size is not None:
+        props["batch.size"] = str(args.batch_size)
+    try:
+        config = ProducerConfig.from_properties(props)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    return asyncio.run(_produce(args, config))
+
+
+async def _produce(args: argparse.Namespace, config: ProducerConfig) -> int:
+    conn = await _connect(args)
+    failures = 0
+    try:
+        async with Producer(conn, config) as producer:
+            pending: list[tuple[str, str | None, asyncio.Future[Any]]] = []
+            pacer = _Pacer(args.rate) if args.rate else None
+            for key, value in _records(args):
+                future = await producer.send(
+                    args.topic, value.encode(), key=None if key is None else key.encode(), partition=args.partition
+                )
+                pending.append((value, key, future))
+                if args.print_acks:
+                    pending = _print_done(pending)
+                if pacer is not None:
+                    await pacer.wait()
+            await producer.flush()
+            for value, key, future in pending:
+                failures += _report(value, key, future, args.print_acks)
+    finally:
+        await conn.close()
+    return EXIT_OK if failures == 0 else EXIT_FAILED
+
+
+def _records(args: argparse.Namespace) -> Any:
+    if args.count is not None:
+        width = max(args.value_size or 0, 0)
+        for i in range(args.count):
+            value = str(i)
+            yield (args.key, value.rjust(width, "0") if width else value)
+        return
+    for raw in sys.stdin:
+        line = raw.rstrip("\n")
+        if args.parse_key:
+            key, sep, value = line.partition(args.key_separator)
+            if not sep:
+                raise UsageError(f"no key separator {args.key_separator!r} in line {line!r}")
+            yield (key, value)
+        else:
+            yield (args.key, line)
+
+
+class _Pacer:
+    """Sends at `rate` per second against a monotonic schedule (record i is due at start + i / rate)."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.start = time.monotonic()
+        self.sent = 0
+
+    async def wait(self) -> None:
+        self.sent += 1
+        delay = self.start + self.sent / self.rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)  # pacing to --rate, not synchronisation
+
+
+def _print_done(pending: list[tuple[str, str | None, asyncio.Future[Any]]]) -> list[tuple[str, str | None, Any]]:
+    """Print outcomes in send order as far as they are known; keep the rest."""
+    index = 0
+    while index < len(pending) and pending[index][2].done():
+        value, key, future = pending[index]
+        _report(value, key, future, True)
+        index += 1
+    return pending[index:]
+
+
+def _report(value: str, key: str | None, future: asyncio.Future[Any], print_acks: bool) -> int:
+    error = future.exception()
+    if print_acks:
+        if error is None:
+            meta = future.result()
+            line = {"value": value, "key": key, "partition": meta.partition, "offset": meta.offset, "error": None}
+        else:
+            name = error.error_code.name if isinstance(error, ProduceFailed) else ErrorCode.UNKNOWN_SERVER_ERROR.name
+            line = {"value": value, "key": key, "partition": None, "offset": None, "error": name}
+        print(json.dumps(line), flush=True)
+    return 0 if error is None else 1
+
+
+def consume(args: argparse.Namespace) -> int:
+    props = _key_values(args.consumer_property)
+    try:
+        config = ConsumerConfig.from_properties(props)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.group:
+        raise UsageError("consumer groups are not supported yet; read partitions with --partition/--offset")
+    return asyncio.run(_consume(args, config))
+
+
+async def _consume(args: argparse.Namespace, config: ConsumerConfig) -> int:
+    conn = await _connect(args)
+    try:
+        partitions = await conn.partitions_for(args.topic)
+        consumer = Consumer(conn, config)
+        if args.partition is not None:
+            start = args.offset if args.offset is not None else (-2 if args.from_beginning else -1)
+            consumer.assign({(args.topic, args.partition): start})
+        else:
+            start = -2 if args.from_beginning else -1
+            consumer.assign({(args.topic, p.partition): start for p in partitions})
+        await consumer.resolve_positions()
+        seen = 0
+        deadline = None if args.timeout_ms is None else time.monotonic() + args.timeout_ms / 1000
+        while args.max_messages is None or seen < args.max_messages:
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            for record in await consumer.poll():
+                _print_record(record, args.format)
+                seen += 1
+                if args.max_messages is not None and seen >= args.max_messages:
+                    break
+    finally:
+        await conn.close()
+    return EXIT_OK
+
+
+def _print_record(record: Any, fmt: str) -> None:
+    value = None if record.value is None else record.value.decode(errors="replace")
+    key = None if record.key is None else record.key.decode(errors="replace")
+    if fmt == "json":
+        body = {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "key": key,
+            "value": value,
+            "timestamp": record.timestamp,
+        }
+        print(json.dumps(body), flush=True)
+    else:
+        print(value, flush=True)
+
+
+def exec_service(name: str, argv: Sequence[str]) -> None:
+    """`hightide broker|controller ...`: become that service's process (services are not imported here)."""
+    os.execv(sys.executable, [sys.executable, "-m", f"hightide.{name}", *argv])
