@@ -49,10 +49,14 @@ SEEDS ?= 1000
 simulate: install  ## the deterministic simulation over SEEDS seeds (HIGHTIDE_SEED=n replays one)
 	HIGHTIDE_SIM_SEEDS=$(SEEDS) $(RUN) pytest tests/simulation -q -k "invariant_holds or replays"
 
-run: install  ## start a local cluster (arrives with the cluster issue)
-	@echo "make run: the local cluster (nats-server, controller, brokers) is not built yet; it arrives with" >&2
-	@echo "the services issue. Today Hightide is the storage engine and the record format: see README.md." >&2
-	@exit 1
+run: install  ## start a local cluster (nats-server with JetStream, 1 controller, 3 brokers) in ./.hightide
+	$(RUN) hightide cluster up --detach
+	@echo "produce:  .tools/bin/uv run hightide produce demo --count 10 --print-acks"
+	@echo "consume:  .tools/bin/uv run hightide consume demo --from-beginning --max-messages 10"
+	@echo "stop:     make down"
+
+down: install  ## stop the local cluster
+	$(RUN) hightide cluster down
 
 clean:  ## remove the environments and caches
 	rm -rf .venv .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis

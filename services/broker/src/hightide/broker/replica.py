@@ -29,6 +29,7 @@ from hightide.core.effects import (
 )
 from hightide.core.epoch_cache import EpochEntry, LeaderEpochCache
 from hightide.core.partition import Partition, PartitionConfig
+from hightide.core.producer_state import ProducerStateTable
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.events import Event
 from hightide.protocol.messages import BatchSummary, FetchResponsePartition
@@ -56,7 +57,7 @@ class DiskReplica:
         self.core = core
         self.log = log
         self._epoch_file = LeaderEpochCheckpointFile(log.directory / LEADER_EPOCH_CHECKPOINT)
-        self._pending_headers: list[BatchHeader] | None = None
+        self.producers = ProducerStateTable()
 
     @classmethod
     def open(

@@ -37,6 +37,7 @@ from hightide.broker.replica import DiskReplica, Outputs
 from hightide.core.effects import CONTROLLER, Effect
 from hightide.core.metadata_image import MetadataImage, PartitionRegistration
 from hightide.core.partition import PartitionConfig
+from hightide.core.producer_state import APPEND, Verdict, last_sequence, next_sequence
 from hightide.core.truncation import offsets_for_leader_epoch
 from hightide.protocol import messages, wire
 from hightide.protocol.errors import ErrorCode
@@ -375,6 +376,9 @@ class BrokerService:
         replica = self.replicas.get(tp) or self._create_replica(tp, now)
         core = replica.core
         if registration.leader == self.id:
+            if registration.leader_epoch > core.leader_epoch:
+                # A new leader knows its producers only from its log (Kafka keeps snapshots; we scan headers).
+                replica.producers.rebuild(replica.log.batch_headers())
             effects = core.make_leader(
                 registration.leader_epoch, registration.partition_epoch, registration.replicas, registration.isr, now
             )
@@ -506,16 +510,58 @@ class BrokerService:
             headers = replica.validate(records)
         except StorageError as error:
             return error.error_code, str(error)
+        verdict = self._check_sequences(replica, headers)
+        if verdict.kind == "error":
+            return verdict.error, verdict.reason
+        if verdict.kind == "duplicate":
+            assert verdict.duplicate_of is not None
+            # Kafka answers a retried batch it already has with the original offsets (DUPLICATE_SEQUENCE handling).
+            pending.answers[tp] = wire.ProducePartitionResponse(
+                topic=tp.topic, partition=tp.partition, error=0, base_offset=verdict.duplicate_of.first_offset
+            )
+            return None, ""
         count = sum(h.record_count for h in headers)
+        base_offset = replica.core.log_end_offset
         request_id = next(self._request_ids)
         self._produces[request_id] = (pending, tp)
         pending.waiting += 1
         effects = replica.core.append_as_leader(request_id, records, count, request.acks, now, request.timeout_ms)
-        self._apply(replica, effects, now, validated=headers)
+        out = self._apply(replica, effects, now, validated=headers)
+        if out.appended:
+            self._remember_sequences(replica, headers, base_offset)
         if self.metrics is not None:
             self.metrics.bytes_in.inc(len(records))
             self.metrics.messages_in.inc(count)
         return None, ""
+
+    def _check_sequences(self, replica: DiskReplica, headers: list[Any]) -> Verdict:
+        """The idempotent producer's check (KIP-98): the first batch against the table, the rest must continue it."""
+        first = headers[0]
+        if first.producer_id < 0:
+            return APPEND
+        last_seq = last_sequence(first.base_sequence, first.last_offset_delta)
+        verdict = replica.producers.check(first.producer_id, first.producer_epoch, first.base_sequence, last_seq)
+        for header in headers[1:]:
+            continues = header.producer_id == first.producer_id and header.base_sequence == next_sequence(last_seq)
+            if verdict.kind != "append" or not continues:
+                return Verdict("error", ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, reason="batches of one request")
+            last_seq = last_sequence(header.base_sequence, header.last_offset_delta)
+        return verdict
+
+    def _remember_sequences(self, replica: DiskReplica, headers: list[Any], base_offset: int) -> None:
+        offset = base_offset
+        for header in headers:
+            last = offset + header.last_offset_delta
+            if header.producer_id >= 0:
+                replica.producers.update(
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    last_sequence(header.base_sequence, header.last_offset_delta),
+                    offset,
+                    last,
+                )
+            offset = last + 1
 
     def _complete_produce(self, completion: Any) -> None:
         entry = self._produces.pop(completion.request_id, None)
