@@ -209,6 +209,9 @@ def test_a_killed_broker_restarts_recovers_and_rejoins_the_isr(cluster: LocalClu
     wait_for(lambda: describe(cluster, topic)[0]["Isr"].count(",") == 2, 30, "the restarted broker back in the ISR")
 
 
+@pytest.mark.xfail(
+    strict=True, reason="known bug (issue 4 note): after an ISR shrink the leader never expands the ISR again"
+)
 def test_a_paused_follower_leaves_the_isr_and_rejoins_after_resuming(cluster: LocalCluster) -> None:
     topic = "paused"
     create_topic(cluster, topic)
@@ -227,6 +230,9 @@ def test_a_paused_follower_leaves_the_isr_and_rejoins_after_resuming(cluster: Lo
     assert len(consume_all(cluster, topic, 50)) == 50
 
 
+@pytest.mark.xfail(
+    strict=True, reason="known bug (issue 4 note): after an ISR shrink the leader never expands the ISR again"
+)
 def test_both_followers_paused_acks_all_fails_and_acks_1_waits_for_the_high_watermark(cluster: LocalCluster) -> None:
     topic = "starved"
     create_topic(cluster, topic)
@@ -274,6 +280,7 @@ def test_kill_9_of_the_active_controller_hands_over_to_the_standby_with_a_higher
         "the standby to take over",
     )
     assert after["epoch"] > before["epoch"]
+    wait_for(lambda: len(active_brokers(cluster)) == 3, 30, "every broker heartbeating to the new controller")
     create_topic(cluster, "after-failover")  # the new controller changes metadata
 
 
@@ -292,6 +299,7 @@ def test_a_paused_controller_cannot_change_metadata_after_resuming(cluster: Loca
     finally:
         os.kill(old_pid, signal.SIGCONT)
     assert after["epoch"] > before["epoch"]
+    wait_for(lambda: len(active_brokers(cluster)) == 3, 30, "every broker heartbeating to the new controller")
     create_topic(cluster, "after-pause")
     log = (cluster.data_dir / "logs" / f"controller-{before['id']}.log").read_text()
     wait_for(

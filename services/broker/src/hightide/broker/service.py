@@ -26,7 +26,7 @@ import itertools
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -227,13 +227,15 @@ class BrokerService:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stopping.wait(), seconds)
 
-    async def _controller(self, api: ControllerApi, body: wire.Wire, kind: type[Any]) -> Any:
+    async def _controller(
+        self, api: ControllerApi, body: wire.Wire, kind: type[Any], timeout_ms: int | None = None
+    ) -> Any:
         return await request(
             self.nc,
             controller_api(self.settings.cluster_id, api),
             body,
             kind,
-            timeout_s=self.settings.controller_request_timeout_ms / 1000,
+            timeout_s=(timeout_ms or self.settings.controller_request_timeout_ms) / 1000,
             unavailable=ErrorCode.NOT_CONTROLLER,
         )
 
@@ -264,8 +266,13 @@ class BrokerService:
             want_shut_down=want_shut_down,
         )
         try:
+            # A heartbeat must not wait longer than its interval: a paused ex-controller still in the queue group
+            # may have taken it, and the next try should reach the active one before the session expires.
             answer: wire.BrokerHeartbeatResponse = await self._controller(
-                ControllerApi.BROKER_HEARTBEAT, body, wire.BrokerHeartbeatResponse
+                ControllerApi.BROKER_HEARTBEAT,
+                body,
+                wire.BrokerHeartbeatResponse,
+                timeout_ms=min(self.settings.controller_request_timeout_ms, self.settings.broker_heartbeat_interval_ms),
             )
         except RequestFailed as error:
             self.log.debug("heartbeat_failed", error=error.error_code.name)
@@ -401,7 +408,11 @@ class BrokerService:
                 {k: v for k, v in topic.configs.items() if k in LogConfig().to_properties()}, base=config
             )
         partition_log = self.logs.get_or_create_log(tp, now, config)
-        replica = DiskReplica.open(partition_log, self.id, self.settings.partition_config, 0)
+        partition_config = self.settings.partition_config
+        if topic is not None and "min.insync.replicas" in topic.configs:
+            # The topic's setting overrides the broker default, as in Kafka (the core reads it per partition).
+            partition_config = replace(partition_config, min_insync_replicas=int(topic.configs["min.insync.replicas"]))
+        replica = DiskReplica.open(partition_log, self.id, partition_config, 0)
         replica.core.broker_epochs = self.broker_epochs
         self.replicas[tp] = replica
         return replica
@@ -455,6 +466,14 @@ class BrokerService:
         except RequestFailed as error:
             self.log.info("alter_partition_unanswered", error=error.error_code.name, topic=message.topic)
             return  # the core sends it again after alter.partition timeout
+        if answer.error_code is not ErrorCode.NONE:
+            self.log.info(
+                "alter_partition_refused",
+                error=answer.error_code.name,
+                topic=message.topic,
+                partition=message.partition,
+                new_isr=list(message.new_isr),
+            )
         response = messages.AlterPartitionResponse(
             topic=answer.topic,
             partition=answer.partition,

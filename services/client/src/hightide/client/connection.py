@@ -7,6 +7,7 @@ the cluster id. Admin requests go to the active controller's subjects.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -16,10 +17,11 @@ from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode, HightideError
 from hightide.protocol.subjects import BrokerApi, ControllerApi, any_broker_metadata, broker_api, controller_api
 from hightide.runtime.nats import NatsSettings, connect
-from hightide.runtime.rpc import request
+from hightide.runtime.rpc import RequestFailed, request
 
 R = TypeVar("R", bound=wire.Response)
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
+METADATA_TRY_TIMEOUT_S = 1.0
 
 
 class ClientError(HightideError):
@@ -76,13 +78,22 @@ class ClusterConnection:
         self, topics: tuple[str, ...] | None = None, timeout_s: float | None = None
     ) -> wire.MetadataResponse:
         """The cluster metadata from any broker; refreshes the partition cache for the topics answered."""
-        answer = await request(
-            self.nc,
-            any_broker_metadata(self.cluster_id),
-            wire.MetadataRequest(topics=topics),
-            wire.MetadataResponse,
-            timeout_s=timeout_s or self.request_timeout_s,
-        )
+        # Any broker answers (a queue group), and NATS picks one at random: a paused or dying broker may get the
+        # request, so each try is short and the next try likely reaches another member.
+        deadline = time.monotonic() + (timeout_s or self.request_timeout_s)
+        while True:
+            try:
+                answer = await request(
+                    self.nc,
+                    any_broker_metadata(self.cluster_id),
+                    wire.MetadataRequest(topics=topics),
+                    wire.MetadataResponse,
+                    timeout_s=max(min(METADATA_TRY_TIMEOUT_S, deadline - time.monotonic()), 0.05),
+                )
+                break
+            except RequestFailed:
+                if time.monotonic() >= deadline:
+                    raise
         for topic in answer.topics:
             if topic.error == 0:
                 self.partitions[topic.name] = [
