@@ -57,10 +57,11 @@ class Response(Wire):
 
     @property
     def error_code(self) -> ErrorCode:
-        return _error_code(self.error)
+        return error_code_of(self.error)
 
 
-def _error_code(number: int) -> ErrorCode:
+def error_code_of(number: int) -> ErrorCode:
+    """The ErrorCode of a wire number; an unknown number is UNKNOWN_SERVER_ERROR."""
     try:
         return ErrorCode(number)
     except ValueError:

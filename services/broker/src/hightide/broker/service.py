@@ -752,7 +752,7 @@ class BrokerService:
             core_answer = messages.FetchResponsePartition(
                 topic=answer.topic,
                 partition=answer.partition,
-                error=_code(answer.error),
+                error=wire.error_code_of(answer.error),
                 high_watermark=answer.high_watermark,
                 log_start_offset=answer.log_start_offset,
                 log_end_offset=answer.log_end_offset,
@@ -892,13 +892,6 @@ def metadata_response(image: MetadataImage, topics: tuple[str, ...] | None) -> w
         for b in sorted(image.brokers.values(), key=lambda b: b.broker_id)
     )
     return wire.MetadataResponse(brokers=brokers, topics=tuple(answers), metadata_offset=image.next_offset)
-
-
-def _code(number: int) -> ErrorCode:
-    try:
-        return ErrorCode(number)
-    except ValueError:
-        return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 def _now_ms() -> int:

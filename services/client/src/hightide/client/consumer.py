@@ -184,7 +184,7 @@ class Consumer:
         stale: set[str] = set()
         for result in answer.partitions:
             tp = (result.topic, result.partition)
-            error = _code(result.error)
+            error = wire.error_code_of(result.error)
             if error is ErrorCode.NONE:
                 self.high_watermarks[tp] = result.high_watermark
                 self._take(tp, result.records)
@@ -230,10 +230,3 @@ class Consumer:
         except InvalidRecordBatch as error:
             raise ConsumeFailed(f"corrupt records from {tp[0]}-{tp[1]}: {error}", ErrorCode.CORRUPT_MESSAGE) from None
         self.positions[tp] = position
-
-
-def _code(number: int) -> ErrorCode:
-    try:
-        return ErrorCode(number)
-    except ValueError:
-        return ErrorCode.UNKNOWN_SERVER_ERROR

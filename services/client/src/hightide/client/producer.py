@@ -308,11 +308,4 @@ class Producer:
         if answer.error_code is not ErrorCode.NONE:
             return answer.error_code, -1
         (result,) = answer.partitions
-        return _code(result.error), result.base_offset
-
-
-def _code(number: int) -> ErrorCode:
-    try:
-        return ErrorCode(number)
-    except ValueError:
-        return ErrorCode.UNKNOWN_SERVER_ERROR
+        return wire.error_code_of(result.error), result.base_offset
