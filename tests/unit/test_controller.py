@@ -1438,3 +1438,16 @@ def test_the_change_checker_catches_bad_epochs() -> None:
     )
     assert change_violations(before, no_bump) == ["partition epoch 200 -> 200"]
     assert partition_violations(no_bump, min_isr=1, elr_enabled=False) == []
+
+
+def test_producer_ids_are_never_handed_out_twice_even_across_a_controller_failover() -> None:
+    """Given a controller that handed out producer ids 0 and 1, when a new controller replays the metadata log and
+    hands out one more, then it is 2, and each allocation reported its range."""
+    cluster = Cluster()
+    first = cluster.commit(cluster.control.allocate_producer_ids()).response
+    second = cluster.commit(cluster.control.allocate_producer_ids()).response
+    successor = ReplicationControl(ControllerConfig(), MetadataImage().apply_all(cluster.records))
+    third = successor.allocate_producer_ids()
+    assert (first, second, third.response) == (0, 1, 2)
+    assert [(e.first_producer_id, e.next_producer_id) for e in cluster.events] == [(0, 1), (1, 2)]
+    assert third.events == (events.ProducerIdsAllocated(first_producer_id=2, next_producer_id=3),)

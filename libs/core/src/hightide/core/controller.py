@@ -808,7 +808,8 @@ class ReplicationControl:
         assert count >= 1
         first = self._image.next_producer_id
         work = _Decision(self._image)
-        work.add(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=first + count))
+        allocated = events.ProducerIdsAllocated(first_producer_id=first, next_producer_id=first + count)
+        work.add(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=first + count), allocated)
         return self._result(work, first)
 
     # -- topics -------------------------------------------------------------------------------------------------

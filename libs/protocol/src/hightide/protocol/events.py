@@ -404,6 +404,15 @@ class ControllerElected(Event):
 
 @catalogued
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerIdsAllocated(Event):
+    """The controller handed out producer ids `first_producer_id` .. `next_producer_id - 1` (InitProducerId)."""
+
+    first_producer_id: Int64
+    next_producer_id: Int64
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionAnswered(Event):
     """The controller answered a leader's AlterPartition (error NONE: the ISR change was committed)."""
 
