@@ -284,15 +284,23 @@ def test_an_ineligible_replica_answer_reverts_to_the_committed_isr() -> None:
     assert not leader.partition.isr_state.inflight and leader.partition.isr == {1, 2, 3}
 
 
-def test_a_fenced_answer_waits_for_new_metadata_and_other_errors_retry() -> None:
+def test_a_fenced_answer_waits_for_new_metadata_and_other_errors_retry_after_the_backoff() -> None:
     leader = _pending_shrink()
     sent = len(leader.sent)
     fenced = AlterPartitionResponse("orders", 0, ErrorCode.FENCED_LEADER_EPOCH)
     leader.apply(leader.partition.on_alter_partition_response(fenced, T0 + LAG_MS + 2))
     assert leader.partition.isr_state.inflight and len(leader.sent) == sent
-    not_controller = AlterPartitionResponse("orders", 0, ErrorCode.NOT_CONTROLLER)
-    leader.apply(leader.partition.on_alter_partition_response(not_controller, T0 + LAG_MS + 3))
-    assert len(leader.sent) == sent + 1 and leader.sent[-1].message == leader.sent[-2].message
+    backoff = leader.partition.config.alter_partition_retry_backoff_ms
+    for error in (ErrorCode.NOT_CONTROLLER, ErrorCode.STALE_BROKER_EPOCH):
+        refused_at = T0 + LAG_MS + 3
+        answer = AlterPartitionResponse("orders", 0, error)
+        leader.apply(leader.partition.on_alter_partition_response(answer, refused_at))
+        assert len(leader.sent) == sent, "a refusal is not answered by an immediate resend (no busy loop)"
+        leader.apply(leader.partition.tick(refused_at + backoff - 1))
+        assert len(leader.sent) == sent
+        leader.apply(leader.partition.tick(refused_at + backoff))
+        assert len(leader.sent) == sent + 1 and leader.sent[-1].message == leader.sent[-2].message
+        sent += 1
 
 
 def test_a_stale_commit_is_ignored() -> None:

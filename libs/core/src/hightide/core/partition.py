@@ -78,6 +78,8 @@ class PartitionConfig:
     # How long an AlterPartition may go unanswered before the leader sends it again (Kafka's broker-to-controller
     # channel retries a request until it is answered; controller.socket.timeout.ms is 30 s).
     alter_partition_timeout_ms: int = 30_000
+    # How long the leader waits before sending a refused-but-retriable AlterPartition again (retry.backoff.ms).
+    alter_partition_retry_backoff_ms: int = 100
 
 
 @dataclass(slots=True)
@@ -515,8 +517,10 @@ class Partition:
             return [Emit(self._isr_change_completed(error))]
         if error in _WAIT_FOR_METADATA:
             return [Emit(self._isr_change_completed(error))]
-        self.alter_partition_deadline_ms = now_ms + self.config.alter_partition_timeout_ms
-        return [Send(CONTROLLER, self._alter_partition_request())]
+        # Any other error (NOT_CONTROLLER, STALE_BROKER_EPOCH, REQUEST_TIMED_OUT...) is retried by `tick` after
+        # the backoff, never at once: an answer that comes back in microseconds must not become a busy loop.
+        self.alter_partition_deadline_ms = now_ms + self.config.alter_partition_retry_backoff_ms
+        return []
 
     def _isr_change_completed(self, error: ErrorCode) -> events.IsrChangeCompleted:
         return events.IsrChangeCompleted(

@@ -9,11 +9,24 @@ relay (the events issue) implement the same interface.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import structlog
 
+from hightide.protocol import events
 from hightide.protocol.events import Event
+
+# Events that come with every record or fetch: logged at debug. Every other event is a rare change of state an
+# operator wants in the log at info, as Kafka logs ISR updates, leader and follower transitions and truncations.
+PER_REQUEST_EVENTS: Final = frozenset(
+    {
+        events.RecordsAppended.TYPE,
+        events.HighWatermarkAdvanced.TYPE,
+        events.FetchServed.TYPE,
+        events.FollowerStateUpdated.TYPE,
+        events.ProduceCompleted.TYPE,
+    }
+)
 
 
 class EventSink(Protocol):
@@ -21,7 +34,8 @@ class EventSink(Protocol):
 
 
 class LogEventSink:
-    """Each event as a log line at debug level (the event name is its type); counts by type for status views."""
+    """Each event as a log line named by its type: per-request events at debug, changes of state at info;
+    counts by type for status views."""
 
     def __init__(self, logger: Any | None = None) -> None:
         self._log = logger or structlog.get_logger("hightide.events")
@@ -29,4 +43,8 @@ class LogEventSink:
 
     def emit(self, event: Event) -> None:
         self.counts[event.TYPE] = self.counts.get(event.TYPE, 0) + 1
-        self._log.debug(event.TYPE, **{f.name: getattr(event, f.name) for f in dataclasses.fields(event)})
+        fields = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
+        if event.TYPE in PER_REQUEST_EVENTS:
+            self._log.debug(event.TYPE, **fields)
+        else:
+            self._log.info(event.TYPE, **fields)

@@ -364,6 +364,8 @@ class BrokerService:
             return
         self.broker_epochs.clear()
         self.broker_epochs.update({b.broker_id: b.broker_epoch for b in self.image.brokers.values() if b.active})
+        for replica in self.replicas.values():
+            replica.core.local_broker_epoch = self.broker_epoch  # the leader's AlterPartition carries it
         now = _now_ms()
         hosted: set[TopicPartition] = set()
         for (topic, index), registration in self.image.all_partitions():
@@ -414,6 +416,7 @@ class BrokerService:
             partition_config = replace(partition_config, min_insync_replicas=int(topic.configs["min.insync.replicas"]))
         replica = DiskReplica.open(partition_log, self.id, partition_config, 0)
         replica.core.broker_epochs = self.broker_epochs
+        replica.core.local_broker_epoch = self.broker_epoch
         self.replicas[tp] = replica
         return replica
 

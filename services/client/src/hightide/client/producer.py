@@ -114,6 +114,7 @@ class Producer:
         self._group: asyncio.TaskGroup | None = None
         self._closing = False
         self._flushing = 0
+        self._unfinished: set[asyncio.Future[RecordMetadata]] = set()  # queued or in a batch in flight
 
     async def __aenter__(self) -> Producer:
         if self.config.enable_idempotence:
@@ -178,6 +179,8 @@ class Producer:
             time.monotonic() + self.config.delivery_timeout_ms / 1000,
             future,
         )
+        self._unfinished.add(future)
+        future.add_done_callback(self._unfinished.discard)
         queue.records.append(record)
         queue.bytes += len(value) + (len(key) if key else 0) + RECORD_OVERHEAD_BYTES
         if queue.bytes >= self.config.batch_size:
@@ -204,8 +207,9 @@ class Producer:
         return queue
 
     async def flush(self) -> None:
-        """Send everything queued now (no lingering) and wait until every record has an outcome."""
-        futures = [r.future for q in self._queues.values() for r in q.records]
+        """Send everything queued now (no lingering) and wait until every record sent so far has an outcome,
+        whether still queued or in a batch in flight."""
+        futures = list(self._unfinished)
         self._flushing += 1
         try:
             for queue in self._queues.values():
