@@ -17,9 +17,10 @@ def _hightide(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
 
 
-def test_bench_prints_every_figure_as_json_and_leaves_no_files(tmp_path: Path) -> None:
+def test_bench_prints_every_storage_figure_as_json_and_leaves_no_files(tmp_path: Path) -> None:
+    storage = [arg for name in ("append", "read", "encode", "recovery") for arg in ("--workload", name)]
     result = _hightide(
-        "bench", "--format", "json", "--duration", "0.05", "--size-mib", "2", "--recovery-mib", "4",
+        "bench", *storage, "--format", "json", "--duration", "0.05", "--size-mib", "2", "--recovery-mib", "4",
         "--data-dir", str(tmp_path),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -36,3 +37,32 @@ def test_bench_usage_errors_exit_2_without_a_traceback(tmp_path: Path) -> None:
         result = _hightide(*args, "--data-dir", str(tmp_path))
         assert result.returncode == 2, args
         assert "Traceback" not in result.stderr
+
+
+def test_the_produce_bench_runs_a_cluster_beside_the_nats_baselines_and_stops_everything(tmp_path: Path) -> None:
+    """A tiny run (--duration scales the record counts and the latency run): every figure is there, with the
+    goals of the cluster issue, and the cluster's processes and files are gone afterwards."""
+    result = _hightide(
+        "bench", "--workload", "produce", "--format", "json", "--duration", "0.05", "--data-dir", str(tmp_path)
+    )
+    assert result.returncode == 0, result.stderr
+    figures = {f["name"]: f for f in json.loads(result.stdout)}
+    goals = {f["goal"] for f in figures.values() if f["goal"] is not None}
+    assert goals == {">= 250,000/s", ">= 15x", ">= 0.5x", "<= 10 ms"}
+    ours = figures["hightide produce acks=all RF=3 100 B"]
+    assert ours["value"] > 0 and ours["baseline"] == figures["baseline: jetstream R3 publish 100 B"]["value"]
+    assert figures["hightide produce->consume 100 B p99 at 10,000/s"]["value"] > 0
+    assert list(tmp_path.iterdir()) == []
+    assert not _processes_mentioning(str(tmp_path)), "a process of the bench cluster is still running"
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # the process ended while we looked
+        if text in argv:
+            found.append(argv)
+    return found

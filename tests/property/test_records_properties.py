@@ -12,9 +12,10 @@ import contextlib
 import struct
 
 import crc32c
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from hightide.protocol import records as records_module
 from hightide.protocol.records import (
     BATCH_HEADER_SIZE,
     Compression,
@@ -148,3 +149,42 @@ def test_valid_batches_mutated_and_rechecksummed_raise_only_invalid_record_batch
     damaged = bytearray(batch[:cut])
     struct.pack_into(">i", damaged, 8, len(damaged) - 12)
     only_invalid_record_batch(rechecksummed(damaged))
+
+
+def deep_outcome(check: object) -> tuple[str, str] | None:
+    try:
+        check()  # type: ignore[operator]
+    except InvalidRecordBatch as e:
+        return e.error_code.name, str(e)
+    return None
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    record_sets(),
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=0, max_size=3),
+    st.integers(-2, 2),
+    st.integers(-2, 2),
+)
+def test_the_in_place_check_of_a_producers_batch_agrees_with_decoding_every_record(
+    spec: dict[str, object], edits: list[tuple[int, int]], count_change: int, delta_change: int
+) -> None:
+    """The leader's fast deep check (no Record objects) must accept and refuse exactly what decoding every
+    record and checking its offset deltas does, with the same error code and message, whatever the damage."""
+    spec = {**spec, "compression": Compression.NONE, "base_offset": 0}
+    data = bytearray(encode_batch(**spec))  # type: ignore[arg-type]
+    for where, byte in edits:  # damage inside the records, past the header
+        data[BATCH_HEADER_SIZE + where % max(len(data) - BATCH_HEADER_SIZE, 1)] = byte
+    record_count, last_delta = struct.unpack_from(">i", data, 57)[0], struct.unpack_from(">i", data, 23)[0]
+    struct.pack_into(">i", data, 57, record_count + count_change)
+    struct.pack_into(">i", data, 23, last_delta + delta_change)
+    batch = rechecksummed(data)
+    try:
+        header = read_batch_header(batch)
+    except InvalidRecordBatch:
+        assume(False)  # a header refused before any record is looked at (a negative recordCount)
+    fast = deep_outcome(lambda: records_module._check_records_in_place(batch, 0, header))
+    reference = deep_outcome(
+        lambda: records_module._check_offset_deltas(0, header, records_module._decode_records_at(batch, 0, header))
+    )
+    assert fast == reference

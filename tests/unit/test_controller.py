@@ -775,6 +775,50 @@ def test_deleting_a_topic() -> None:
     assert cluster.commit(cluster.control.create_topic("foo", topic_id="foo-2")).response.error is ErrorCode.NONE
 
 
+def test_altering_topic_configs_sets_and_removes_them_with_one_record_per_change() -> None:
+    # ConfigurationControlManagerTest.testIncrementalAlterConfigs: SET and DELETE, records only for changes.
+    cluster = Cluster()
+    cluster.register(0)
+    cluster.unfence(0)
+    cluster.commit(cluster.control.create_topic("foo", topic_id="f", configs={"retention.ms": "1000"}))
+    result = cluster.commit(
+        cluster.control.alter_topic_configs("foo", {"min.insync.replicas": "2", "retention.ms": "1000"})
+    )
+    assert result.response.error is ErrorCode.NONE
+    assert result.records == (ConfigRecord(topic="foo", name="min.insync.replicas", value="2"),)  # retention unchanged
+    assert result.events == (events.TopicConfigsAltered(topic="foo", configs=(("min.insync.replicas", "2"),)),)
+    result = cluster.commit(cluster.control.alter_topic_configs("foo", {}, ("retention.ms", "segment.ms")))
+    assert result.records == (ConfigRecord(topic="foo", name="retention.ms", value=None),)  # segment.ms was not set
+    topic = cluster.image.topic("foo")
+    assert topic is not None and dict(topic.configs) == {"min.insync.replicas": "2"}
+    assert cluster.control.alter_topic_configs("foo", {"min.insync.replicas": "2"}).records == ()
+
+
+@pytest.mark.parametrize(
+    ("topic", "set_configs", "delete_configs", "error", "message"),
+    [
+        ("bar", {"retention.ms": "1"}, (), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "No such topic as bar"),
+        ("foo", {"retention.ms": "1"}, ("retention.ms",), ErrorCode.INVALID_REQUEST, "Duplicate config keys"),
+        ("foo", {"no.such.config": "1"}, (), ErrorCode.INVALID_CONFIG, "Unknown topic config name: no.such.config"),
+        ("foo", {}, ("no.such.config",), ErrorCode.INVALID_CONFIG, "Unknown topic config name: no.such.config"),
+        ("foo", {"min.insync.replicas": "0"}, (), ErrorCode.INVALID_CONFIG, "Invalid value 0 for configuration"),
+        ("foo", {"retention.ms": "soon"}, (), ErrorCode.INVALID_CONFIG, "Invalid value soon for configuration"),
+    ],
+)
+def test_a_bad_config_alteration_is_refused_and_writes_nothing(
+    topic: str, set_configs: dict[str, str], delete_configs: tuple[str, ...], error: ErrorCode, message: str
+) -> None:
+    cluster = Cluster()
+    cluster.register(0)
+    cluster.unfence(0)
+    cluster.commit(cluster.control.create_topic("foo", topic_id="f"))
+    result = cluster.control.alter_topic_configs(topic, set_configs, delete_configs)
+    assert (result.response.error, result.records) == (error, ())
+    assert result.response.message.startswith(message)
+    validated = cluster.control.alter_topic_configs("foo", {"retention.ms": "5"}, validate_only=True)
+    assert (validated.response.error, validated.records) == (ErrorCode.NONE, ())
+
+
 def test_create_partitions_answers_as_kafka() -> None:
     # ReplicationControlManagerTest.testCreatePartitions (its error answers).
     cluster = Cluster()

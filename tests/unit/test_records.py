@@ -484,6 +484,7 @@ def test_a_record_count_that_disagrees_with_the_records_is_corrupt() -> None:
     [
         (record(0, b"a") + record(2, b"b"), 2, 1, "record 1 has offsetDelta 2, expected 1"),
         (record(1, b"a") + record(2, b"b"), 2, 1, "record 0 has offsetDelta 1, expected 0"),
+        (record(0, b"a") + record(2, b"b") + record(5, b"c"), 3, 2, "record 1 has offsetDelta 2, expected 1"),
         (record(0, b"a") + record(1, b"b"), 2, 5, "lastOffsetDelta 5 but 2 records"),
         (b"", 0, -1, "no records"),
     ],

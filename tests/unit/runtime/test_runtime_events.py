@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
-from structlog.testing import capture_logs
+from typing import Any
 
 from hightide.protocol.events import BrokerFenced, RecordsAppended
 from hightide.runtime.events import LogEventSink
 
 
+class RecordingLogger:
+    """Stands in for the structlog logger: records the level each event was logged at."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, dict[str, Any]]] = []
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self.lines.append(("debug", event, fields))
+
+    def info(self, event: str, **fields: Any) -> None:
+        self.lines.append(("info", event, fields))
+
+
 def test_state_changes_log_at_info_and_per_request_events_at_debug() -> None:
-    sink = LogEventSink()
+    logger = RecordingLogger()
+    sink = LogEventSink(logger)
     appended = RecordsAppended(
         topic="orders",
         partition=0,
@@ -22,12 +36,11 @@ def test_state_changes_log_at_info_and_per_request_events_at_debug() -> None:
         log_end_offset=10,
         as_leader=True,
     )
-    with capture_logs() as logs:
-        sink.emit(appended)
-        sink.emit(BrokerFenced(broker=2, broker_epoch=7, reason="session_timeout"))
-    assert [(line["event"], line["log_level"]) for line in logs] == [
-        ("RecordsAppended", "debug"),
-        ("BrokerFenced", "info"),
+    sink.emit(appended)
+    sink.emit(BrokerFenced(broker=2, broker_epoch=7, reason="session_timeout"))
+    assert [(level, event) for level, event, _ in logger.lines] == [
+        ("debug", "RecordsAppended"),
+        ("info", "BrokerFenced"),
     ]
-    assert logs[1]["broker"] == 2 and logs[1]["reason"] == "session_timeout"
+    assert logger.lines[1][2] == {"broker": 2, "broker_epoch": 7, "reason": "session_timeout"}
     assert sink.counts == {"RecordsAppended": 1, "BrokerFenced": 1}

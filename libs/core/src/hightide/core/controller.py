@@ -162,10 +162,16 @@ def _parse_int(text: str) -> int | None:
         return None
 
 
-def _valid_int(low: int) -> Callable[[str], bool]:
+_INT_MAX: Final = 2**31 - 1
+_LONG_MAX: Final = 2**63 - 1
+
+
+def _valid_int(low: int, high: int) -> Callable[[str], bool]:
+    """Kafka's INT or LONG config with its lower bound: a value outside the type is refused as Kafka refuses it."""
+
     def check(text: str) -> bool:
         value = _parse_int(text)
-        return value is not None and value >= low
+        return value is not None and low <= value <= high
 
     return check
 
@@ -176,16 +182,19 @@ def _valid_cleanup_policy(text: str) -> bool:
 
 
 TOPIC_CONFIGS: Final[Mapping[str, Callable[[str], bool]]] = {
-    MIN_INSYNC_REPLICAS: _valid_int(1),
+    MIN_INSYNC_REPLICAS: _valid_int(1, _INT_MAX),
     UNCLEAN_LEADER_ELECTION_ENABLE: lambda text: _parse_bool(text) is not None,
-    "retention.ms": _valid_int(-1),
-    "retention.bytes": _valid_int(-(2**63)),
-    "segment.bytes": _valid_int(14),
-    "segment.ms": _valid_int(1),
-    "max.message.bytes": _valid_int(0),
+    "retention.ms": _valid_int(-1, _LONG_MAX),
+    # Kafka takes any LONG and reads a negative one as "unlimited"; the brokers' log config (hightide.storage)
+    # takes -1 for that, and a committed config a broker cannot apply would stop every broker hosting the topic.
+    "retention.bytes": _valid_int(-1, _LONG_MAX),
+    "segment.bytes": _valid_int(14, _INT_MAX),
+    "segment.ms": _valid_int(1, _LONG_MAX),
+    "max.message.bytes": _valid_int(0, _INT_MAX),
     "cleanup.policy": _valid_cleanup_policy,
 }
-"""The topic configs a topic may be created with, and whether a value is valid (Kafka's LogConfig checks)."""
+"""The topic configs a topic may be created with, and whether a value is valid (Kafka's LogConfig checks, with
+the bounds of each config's type: the brokers build their log config from these values and must accept them)."""
 
 
 # -- results -------------------------------------------------------------------------------------------------------
@@ -867,6 +876,43 @@ class ReplicationControl:
             return self._reply(Reply(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {name}"))
         work = _Decision(self._image)
         work.add(RemoveTopicRecord(topic_id=topic.topic_id), events.TopicDeleted(topic=name, topic_id=topic.topic_id))
+        return self._result(work, Reply(ErrorCode.NONE))
+
+    def alter_topic_configs(
+        self,
+        name: str,
+        set_configs: Mapping[str, str],
+        delete_configs: Sequence[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> ControllerResult[Reply]:
+        """Kafka's incrementalAlterConfigs for a topic: SET and DELETE operations, checked first and in this order
+        (UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST for a name both set and deleted, INVALID_CONFIG for an
+        unknown name or a bad value), then one ConfigRecord per config whose value actually changes. With
+        `validate_only` nothing is written."""
+        self._check_no_outstanding()
+        if self._image.topic(name) is None:
+            return self._reply(Reply(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {name}"))
+        both = sorted(set(set_configs) & set(delete_configs))
+        if both:
+            return self._reply(Reply(ErrorCode.INVALID_REQUEST, f"Duplicate config keys: {','.join(both)}"))
+        for key in [*set_configs, *delete_configs]:
+            if key not in TOPIC_CONFIGS:
+                return self._reply(Reply(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}"))
+        for key, value in set_configs.items():
+            if not TOPIC_CONFIGS[key](value):
+                return self._reply(Reply(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {key}"))
+        topic = self._image.topic(name)
+        assert topic is not None
+        current = topic.configs
+        changes: dict[str, str | None] = {k: v for k, v in set_configs.items() if current.get(k) != v}
+        changes.update({k: None for k in delete_configs if k in current})
+        work = _Decision(self._image)
+        if validate_only or not changes:
+            return self._result(work, Reply(ErrorCode.NONE))
+        altered = events.TopicConfigsAltered(topic=name, configs=tuple(sorted(changes.items())))
+        for index, (key, new_value) in enumerate(sorted(changes.items())):
+            work.add(ConfigRecord(topic=name, name=key, value=new_value), *([altered] if index == 0 else []))
         return self._result(work, Reply(ErrorCode.NONE))
 
     def create_partitions(

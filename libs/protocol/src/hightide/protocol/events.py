@@ -352,6 +352,16 @@ class TopicCreated(Event):
 
 @catalogued
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TopicConfigsAltered(Event):
+    """Configs of a topic were set or removed (Kafka's IncrementalAlterConfigs): `configs` holds each changed name
+    with its new value, or None where the config was removed and the broker default applies again."""
+
+    topic: str
+    configs: tuple[tuple[str, str | None], ...]
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TopicDeleted(Event):
     """A topic and all its partitions were removed from the metadata."""
 

@@ -302,12 +302,108 @@ def validate_batches(buf: Buffer, *, deep: bool = False, max_batch_bytes: int | 
                 )
         header = read_batch_header(buf, pos)
         check_crc(buf, pos, header)
-        if deep:
+        if deep and header.compression is Compression.NONE:
+            _check_records_in_place(buf, pos, header)
+        elif deep:
             _check_offset_deltas(pos, header, _decode_records_at(buf, pos, header))
         headers.append(header)
         pos += header.size
     assert pos == end
     return headers
+
+
+def _check_records_in_place(buf: Buffer, pos: int, header: BatchHeader) -> None:  # noqa: PLR0915
+    """The deep check of an uncompressed batch without building its records: the same checks, in the same
+    order and with the same errors, as decoding it and then checking its offset deltas (a leader's per-record
+    cost on every produce, so nothing is allocated for a record without headers)."""
+    data = bytes(memoryview(buf)[pos + BATCH_HEADER_SIZE : pos + header.size])
+    read = _read_varint
+    end = len(data)
+    p = start = 0
+    count = 0
+    first_bad_delta: tuple[int, int] | None = None  # (record, its offset delta): reported after the parse
+    try:
+        while p < end:
+            start = p
+            byte = data[p]
+            if byte < 0x80:
+                length = (byte >> 1) ^ -(byte & 1)
+                p += 1
+            elif data[p + 1] < 0x80:
+                raw = (byte & 0x7F) | (data[p + 1] << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                p += 2
+            else:
+                length, p = read(data, p, 32)
+            record_end = p + length
+            if length < 6 or record_end > end:
+                raise _MalformedError(f"length {length} does not fit in the {end - p} bytes left")
+            if data[p + 1] < 0x80:  # attributes (ignored), then timestampDelta
+                p += 2
+            else:
+                _, p = read(data, p + 1, 64)
+            byte = data[p]
+            if byte < 0x80:
+                offset_delta = (byte >> 1) ^ -(byte & 1)
+                p += 1
+            else:
+                offset_delta, p = read(data, p, 32)
+            if offset_delta != count and first_bad_delta is None:
+                first_bad_delta = (count, offset_delta)
+            for _ in range(2):  # key, then value: a nullable length and its bytes
+                byte = data[p]
+                if byte == 1:
+                    p += 1
+                    continue
+                if byte < 0x80:
+                    field_length = byte >> 1
+                    p += 1
+                    if byte & 1:
+                        raise _MalformedError(f"negative length {-field_length - 1} at byte {p - 1}")
+                elif data[p + 1] < 0x80 and not byte & 1:  # a two-byte non-negative length
+                    field_length = ((byte & 0x7F) | (data[p + 1] << 7)) >> 1
+                    p += 2
+                else:
+                    field_length, p = read(data, p, 32)
+                    if field_length < 0:
+                        raise _MalformedError(f"negative length {field_length} at byte {p}")
+                if p + field_length > record_end:
+                    raise _MalformedError(f"length {field_length} at byte {p} runs past the record's end")
+                p += field_length
+            if data[p] == 0:
+                p += 1
+            else:
+                _, p = _read_headers(data, p, record_end)
+            if p != record_end:
+                raise _MalformedError(
+                    f"length prefix says {length} bytes but the fields take {p - record_end + length}"
+                )
+            count += 1
+    except IndexError:
+        raise InvalidRecordBatch(
+            f"batch at byte {pos}: record {count} at byte {start}: truncated (byte offsets within the records)"
+        ) from None
+    except _MalformedError as e:
+        raise InvalidRecordBatch(
+            f"batch at byte {pos}: record {count} at byte {start}: {e} (byte offsets within the records)"
+        ) from None
+    if count != header.record_count:
+        raise InvalidRecordBatch(
+            f"batch at byte {pos}: recordCount is {header.record_count} but it holds {count} records"
+        )
+    if count == 0:
+        raise InvalidRecordBatch(f"batch at byte {pos}: no records", ErrorCode.INVALID_RECORD)
+    if header.last_offset_delta != count - 1:
+        raise InvalidRecordBatch(
+            f"batch at byte {pos}: lastOffsetDelta {header.last_offset_delta} but {count} records",
+            ErrorCode.INVALID_RECORD,
+        )
+    if first_bad_delta is not None:
+        index, delta = first_bad_delta
+        raise InvalidRecordBatch(
+            f"batch at byte {pos}: record {index} has offsetDelta {delta}, expected {index}",
+            ErrorCode.INVALID_RECORD,
+        )
 
 
 def _check_offset_deltas(pos: int, header: BatchHeader, records: list[Record]) -> None:

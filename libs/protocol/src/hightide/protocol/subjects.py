@@ -42,6 +42,7 @@ class ControllerApi(StrEnum):
     CREATE_TOPICS = "create_topics"
     DELETE_TOPICS = "delete_topics"
     CREATE_PARTITIONS = "create_partitions"
+    ALTER_CONFIGS = "alter_configs"
     ELECT_LEADERS = "elect_leaders"
     INIT_PRODUCER_ID = "init_producer_id"
     DESCRIBE_CLUSTER = "describe_cluster"

@@ -271,8 +271,9 @@ class AlterPartitionRequest(Wire):
 
 
 class AlterPartitionResponse(Response):
-    topic: TopicName
-    partition: PartitionId
+    # None only with a top-level error (a request that did not decode), as Kafka's response then has no topics.
+    topic: TopicName | None = None
+    partition: PartitionId | None = None
     leader: Int32 = -1
     leader_epoch: Int32 = -1
     isr: BrokerIds = ()
@@ -322,6 +323,19 @@ class CreatePartitionsRequest(Wire):
 
 
 class CreatePartitionsResponse(Response):
+    pass
+
+
+class AlterConfigsRequest(Wire):
+    """Kafka's IncrementalAlterConfigs for one topic: SET `set_configs`, DELETE `delete_configs`."""
+
+    topic: TopicName
+    set_configs: Annotated[dict[ConfigName, ShortText], Field(max_length=CONFIGS_MAX)] = Field(default_factory=dict)
+    delete_configs: Annotated[tuple[ConfigName, ...], Field(max_length=CONFIGS_MAX)] = ()
+    validate_only: bool = False
+
+
+class AlterConfigsResponse(Response):
     pass
 
 

@@ -278,6 +278,12 @@ class PartitionLog:
                         f"{self.topic_partition}: clients may not write control batches",
                         ErrorCode.INVALID_RECORD,
                     )
+            # Then every record is decoded, as Kafka's LogValidator reads each one: a batch whose CRC matches but
+            # whose records do not parse would otherwise be stored, and every consumer would stop at it.
+            try:
+                validate_batches(records, deep=True)
+            except InvalidRecordBatch as e:
+                raise StorageError(f"{self.topic_partition}: {e.args[0]}", e.error_code) from None
         return headers
 
     def _append(
@@ -558,6 +564,12 @@ class PartitionLog:
             self.flush(self._flush_wanted_up_to)
             return True
         return False
+
+    def update_config(self, config: LogConfig) -> None:
+        """A topic config changed (Kafka's LocalLog.updateConfig): later appends, rolls and retention use it, the
+        active segment included; the index sizes of existing segments stay as they were made."""
+        self.config = config
+        self._segments[-1].config = config
 
     def close(self) -> None:
         """Flush everything and close the files (a clean shutdown; the owner then writes the marker)."""

@@ -64,6 +64,15 @@ from hightide.storage.manager import LogManager
 TICK_INTERVAL_S: Final = 0.05
 RESPONSE_OVERHEAD_BYTES: Final = 64 * 1024
 REGISTRATION_RETRY_S: Final = 0.25
+# Each API's response type: a request that does not decode is answered with its API's response (error set), so
+# the caller reads the Kafka error code rather than a body it cannot decode.
+RESPONSES: Final[dict[str, type[wire.Response]]] = {
+    BrokerApi.PRODUCE: wire.ProduceResponse,
+    BrokerApi.FETCH: wire.FetchResponse,
+    BrokerApi.LIST_OFFSETS: wire.ListOffsetsResponse,
+    BrokerApi.OFFSETS_FOR_LEADER_EPOCH: wire.OffsetsForLeaderEpochResponse,
+    BrokerApi.METADATA: wire.MetadataResponse,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +101,7 @@ class ParkedFetch:
     request: wire.FetchRequest
     deadline: float
     partitions: frozenset[TopicPartition]
+    woken: bool = False  # one of its partitions appended or moved its high watermark since it was last read
 
 
 @dataclass(slots=True)
@@ -131,6 +141,7 @@ class BrokerService:
         self._fetchers: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._parked: list[ParkedFetch] = []
+        self._applied_configs: dict[str, dict[str, str]] = {}  # each hosted topic's configs as its replicas have them
         self._finished_produces: list[PendingProduceRequest] = []
         self._produces: dict[int, tuple[PendingProduceRequest, TopicPartition]] = {}
         self._request_ids = itertools.count(1)
@@ -337,17 +348,19 @@ class BrokerService:
         handler = self._handlers.get(api)
         answer: wire.Response | None
         if handler is None:
-            answer = wire.DescribeClusterResponse(error=int(ErrorCode.INVALID_REQUEST), message=f"unknown API {api}")
+            answer = wire.Response(error=int(ErrorCode.INVALID_REQUEST), message=f"unknown API {api[:64]}")
         else:
             try:
                 answer = handler(msg)
             except wire.InvalidRequest as error:
-                answer = wire.FetchResponse(error=int(error.error_code), message=str(error))
+                answer = wire.error_response(RESPONSES[api], error.error_code, str(error))
         if answer is not None:
             await reply(self.nc, msg, answer)
         if self.metrics is not None:
             error_name = "NONE" if answer is None else answer.error_code.name
-            self.metrics.requests.observe(api, error_name, (time.perf_counter() - started) * 1000)
+            # Any token after `broker.<id>.` reaches here: one label for all unknown APIs bounds the series.
+            request_label = api if handler is not None else "unknown"
+            self.metrics.requests.observe(request_label, error_name, (time.perf_counter() - started) * 1000)
 
     # -- metadata ------------------------------------------------------------------------------------------------
 
@@ -379,6 +392,7 @@ class BrokerService:
             self._become(tp, registration, now)
         for tp in [tp for tp in self.replicas if tp not in hosted and tp.topic not in self.image.topic_ids]:
             self._delete_replica(tp)
+        self._apply_topic_configs()
         self._start_fetchers()
 
     def _become(self, tp: TopicPartition, registration: PartitionRegistration, now: int) -> None:
@@ -391,6 +405,7 @@ class BrokerService:
             effects = core.make_leader(
                 registration.leader_epoch, registration.partition_epoch, registration.replicas, registration.isr, now
             )
+            self._answer_fetches_of(registration.replicas)
         else:
             effects = core.make_follower(
                 registration.leader,
@@ -401,19 +416,43 @@ class BrokerService:
             )
         self._apply(replica, effects, now)
 
+    def _configs_of(self, topic_name: str) -> tuple[LogConfig, PartitionConfig]:
+        """The log and partition configs of a topic's replicas: the broker's defaults overridden by the topic's
+        own configs, as in Kafka (the core reads min.insync.replicas per partition)."""
+        topic = self.image.topic(topic_name)
+        log_config, partition_config = self.settings.log_config, self.settings.partition_config
+        if topic is None or not topic.configs:
+            return log_config, partition_config
+        log_names = LogConfig().to_properties()
+        log_config = LogConfig.from_properties(
+            {k: v for k, v in topic.configs.items() if k in log_names}, base=log_config
+        )
+        if "min.insync.replicas" in topic.configs:
+            partition_config = replace(partition_config, min_insync_replicas=int(topic.configs["min.insync.replicas"]))
+        return log_config, partition_config
+
+    def _apply_topic_configs(self) -> None:
+        """Give hosted replicas the configs their topics have now: logs recovered at start opened with the
+        broker's defaults, and a topic config may be altered while its replicas are open."""
+        for topic_name in {tp.topic for tp in self.replicas}:
+            topic = self.image.topic(topic_name)
+            configs = dict(topic.configs) if topic is not None else {}
+            previous = self._applied_configs.get(topic_name)
+            if previous == configs:
+                continue
+            self._applied_configs[topic_name] = configs
+            log_config, partition_config = self._configs_of(topic_name)
+            for tp, replica in self.replicas.items():
+                if tp.topic == topic_name:
+                    replica.log.update_config(log_config)
+                    replica.core.config = partition_config
+            if previous is not None:
+                self.log.info("topic_configs_applied", topic=topic_name, configs=configs)
+
     def _create_replica(self, tp: TopicPartition, now: int) -> DiskReplica:
         assert self.logs is not None
-        topic = self.image.topic(tp.topic)
-        config = self.settings.log_config
-        if topic is not None and topic.configs:
-            config = LogConfig.from_properties(
-                {k: v for k, v in topic.configs.items() if k in LogConfig().to_properties()}, base=config
-            )
-        partition_log = self.logs.get_or_create_log(tp, now, config)
-        partition_config = self.settings.partition_config
-        if topic is not None and "min.insync.replicas" in topic.configs:
-            # The topic's setting overrides the broker default, as in Kafka (the core reads it per partition).
-            partition_config = replace(partition_config, min_insync_replicas=int(topic.configs["min.insync.replicas"]))
+        log_config, partition_config = self._configs_of(tp.topic)
+        partition_log = self.logs.get_or_create_log(tp, now, log_config)
         replica = DiskReplica.open(partition_log, self.id, partition_config, 0)
         replica.core.broker_epochs = self.broker_epochs
         replica.core.local_broker_epoch = self.broker_epoch
@@ -478,8 +517,8 @@ class BrokerService:
                 new_isr=list(message.new_isr),
             )
         response = messages.AlterPartitionResponse(
-            topic=answer.topic,
-            partition=answer.partition,
+            topic=message.topic,  # the answer to this request: a top-level error carries no topic
+            partition=message.partition,
             error=answer.error_code,
             leader=answer.leader,
             leader_epoch=answer.leader_epoch,
@@ -561,6 +600,9 @@ class BrokerService:
         first = headers[0]
         if first.producer_id < 0:
             return APPEND
+        if first.base_sequence < 0:
+            # Kafka's LogValidator: an idempotent batch needs a sequence (and next_sequence asserts it has one).
+            return Verdict("error", ErrorCode.INVALID_RECORD, reason=f"invalid sequence {first.base_sequence}")
         last_seq = last_sequence(first.base_sequence, first.last_offset_delta)
         verdict = replica.producers.check(first.producer_id, first.producer_epoch, first.base_sequence, last_seq)
         for header in headers[1:]:
@@ -668,20 +710,34 @@ class BrokerService:
             records=answer.records,
         )
 
+    def _answer_fetches_of(self, replicas: tuple[int, ...]) -> None:
+        """A partition's new followers have fetches parked here that do not name it: answer them now, so their
+        next fetch does (else its first records wait a whole replica.fetch.wait.max.ms for the followers)."""
+        for parked in self._parked:
+            if parked.request.replica_id in replicas:
+                parked.deadline = 0.0
+
     def _wake_parked(self, tp: TopicPartition) -> None:
         for parked in self._parked:
             if tp in parked.partitions:
-                parked.deadline = 0.0  # answered at the end of this input, with everything it changed
+                parked.woken = True  # read again at the end of this input, with everything it changed
 
     async def _answer_parked(self) -> None:
-        now = time.monotonic()
-        due = [p for p in self._parked if p.deadline <= now]
-        if not due:
-            return
-        self._parked = [p for p in self._parked if p.deadline > now]
-        for parked in due:
-            response, _ = self._read_fetch(parked.request)
-            await reply(self.nc, parked.msg, response)
+        """Answer the parked fetches that now have something (a consumer's only once the high watermark lets it
+        read: an append alone does not answer it empty) or whose max wait is over; the rest stay parked."""
+        for _ in range(3):  # reading a follower's fetch can move a high watermark and wake others: a few passes
+            now = time.monotonic()
+            if not any(p.woken or p.deadline <= now for p in self._parked):
+                return
+            answered: set[int] = set()
+            for parked in list(self._parked):  # _read_fetch may wake entries of the list (never add any)
+                if parked.woken or parked.deadline <= now:
+                    parked.woken = False
+                    response, ready = self._read_fetch(parked.request)
+                    if ready or parked.deadline <= now:
+                        answered.add(id(parked))
+                        await reply(self.nc, parked.msg, response)
+            self._parked = [p for p in self._parked if id(p) not in answered]
 
     # -- follower fetchers ---------------------------------------------------------------------------------------
 
@@ -720,11 +776,23 @@ class BrokerService:
                     continue
                 done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 await self.inbox.put("fetch_response", (leader, response, done))
-                await done
+                await self._applied_or_stopping(done)
                 if response.error != 0 or any(p.error != 0 for p in response.partitions):
                     await self._wait_stopping(self.settings.replica_fetch_backoff_ms / 1000)
         finally:
             self._fetchers.discard(leader)
+
+    async def _applied_or_stopping(self, done: asyncio.Future[None]) -> None:
+        """Wait until the driver has applied a fetch response (the next fetch starts from what it changed), or the
+        broker stops. The driver is cancelled at shutdown, and a fetcher may outlive its own cancellation: in
+        Python 3.11 `asyncio.wait_for` (under `nc.request`) drops a cancel that lands as the reply arrives. Waiting
+        for `done` alone then hangs the shutdown; once stopping, no next fetch follows, so nothing waits on it."""
+        stopper: asyncio.Future[Any] = asyncio.ensure_future(self.stopping.wait())
+        waiting: set[asyncio.Future[Any]] = {done, stopper}
+        try:
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
 
     def _fetch_request_partition(self, replica: DiskReplica) -> wire.FetchPartitionRequest:
         fetch = replica.core.fetch_partition(self.settings.replica_fetch_max_bytes)
@@ -782,7 +850,7 @@ class BrokerService:
         replica = self.replicas.get(tp)
         base: dict[str, Any] = {"topic": tp.topic, "partition": tp.partition}
         if replica is None or not replica.core.is_leader:
-            return wire.ListOffsetsPartitionResponse(**base, error=int(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            return wire.ListOffsetsPartitionResponse(**base, error=int(self._not_leader_error(tp)))
         core = replica.core
         if query.current_leader_epoch >= 0 and query.current_leader_epoch != core.leader_epoch:
             error = (
@@ -811,10 +879,11 @@ class BrokerService:
         request = wire.decode(wire.OffsetsForLeaderEpochRequest, msg.data)
         answers = []
         for query in request.partitions:
-            replica = self.replicas.get(TopicPartition(query.topic, query.partition))
+            tp = TopicPartition(query.topic, query.partition)
+            replica = self.replicas.get(tp)
             base: dict[str, Any] = {"topic": query.topic, "partition": query.partition}
             if replica is None or not replica.core.is_leader:
-                answers.append(wire.EpochEndOffsetResponse(**base, error=int(ErrorCode.NOT_LEADER_OR_FOLLOWER)))
+                answers.append(wire.EpochEndOffsetResponse(**base, error=int(self._not_leader_error(tp))))
                 continue
             core = replica.core
             error, answer = offsets_for_leader_epoch(
@@ -826,6 +895,11 @@ class BrokerService:
                 )
             )
         return wire.OffsetsForLeaderEpochResponse(partitions=tuple(answers))
+
+    def _not_leader_error(self, tp: TopicPartition) -> ErrorCode:
+        """Why this broker cannot answer for `tp` as its leader: Kafka's code for a partition it does not know."""
+        known = self.image.partition(tp.topic, tp.partition) is not None
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
     def _on_metadata(self, msg: Msg) -> wire.MetadataResponse:
         request = wire.decode(wire.MetadataRequest, msg.data)

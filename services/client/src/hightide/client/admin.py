@@ -76,6 +76,13 @@ class Admin:
             wire.CreatePartitionsResponse,
         )
 
+    async def alter_topic_configs(
+        self, name: str, set_configs: dict[str, str], delete_configs: tuple[str, ...] = ()
+    ) -> wire.AlterConfigsResponse:
+        """Kafka's incrementalAlterConfigs on one topic: SET these configs and DELETE those (back to the default)."""
+        body = wire.AlterConfigsRequest(topic=name, set_configs=set_configs, delete_configs=delete_configs)
+        return await self._call(ControllerApi.ALTER_CONFIGS, body, wire.AlterConfigsResponse)
+
     async def elect_leaders(
         self, election_type: str, partitions: tuple[tuple[str, int], ...] | None
     ) -> wire.ElectLeadersResponse:

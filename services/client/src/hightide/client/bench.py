@@ -9,10 +9,15 @@ ratio, the baseline it is a ratio of, in the same run, on the same disk:
 | read      | sequential fetch-style reads (1 MiB max bytes) MB/s              | (reported)               |
 | encode    | RecordBatch encode, 100-byte records, ~16 KiB batches, records/s | >= 500,000 records/s     |
 | recovery  | open a 1 GiB log after a crash, with and without a recovery point| <= 1 s with one          |
+| produce   | a real local cluster (bench_cluster.py): 100 B acks=all RF=3     | >= 250,000 records/s     |
+|           | records/s beside JetStream R3's (bench_nats.py, same run)        | >= 15x JetStream's       |
+|           | 16 KiB MB/s beside JetStream R3's                                 | >= 0.5x JetStream's      |
+|           | produce-to-consume p50/p99 at 10,000 records/s                   | p99 <= 10 ms             |
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -24,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
 
+from hightide.client import bench_cluster, bench_nats
 from hightide.protocol.records import encode_batch, iter_batch_headers
 from hightide.storage.checkpoint import TopicPartition
 from hightide.storage.config import LogConfig
@@ -33,7 +39,8 @@ MIB: Final = 1024 * 1024
 BATCH_BYTES: Final = 16 * 1024
 RECORD_BYTES: Final = 100
 TP: Final = TopicPartition("bench", 0)
-WORKLOADS: Final = ("append", "read", "encode", "recovery")
+DEFAULT_DURATION_S: Final = 3.0  # `--duration`'s default: the produce workload runs at full size with it
+WORKLOADS: Final = ("append", "read", "encode", "recovery", "produce")
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +214,52 @@ def _timed_open(directory: Path, recovery_point: int, expected_end: int) -> floa
     return seconds
 
 
+def bench_produce(work: Path, duration_scale: float) -> list[Figure]:
+    """The NATS baselines first (their servers stopped before the cluster starts), then Hightide's figures."""
+    throughputs, latencies = asyncio.run(
+        bench_nats.run_baselines(duration_scale, latency_rate_per_s=bench_cluster.LATENCY_RATE_PER_S)
+    )
+    core, js_small, js_large = throughputs
+    core_latency, js_latency = latencies
+    ours = asyncio.run(bench_cluster.run_cluster_bench(work, duration_scale))
+    small, large = ours.throughputs
+    latency = ours.latency
+    figures = [Figure("produce", f"baseline: {r.name}", r.records_per_s, "records/s") for r in (core, js_small)]
+    figures.append(Figure("produce", f"baseline: {js_large.name}", js_large.mb_per_s, "MB/s"))
+    figures += [
+        Figure("produce", f"baseline: {r.name} p99 at {r.rate_per_s:,}/s", r.p99_ms, "ms")
+        for r in (core_latency, js_latency)
+    ]
+    small_ratio = small.records_per_s / js_small.records_per_s
+    large_ratio = large.mb_per_s / js_large.mb_per_s
+    figures += [
+        Figure(
+            "produce",
+            small.name,
+            small.records_per_s,
+            "records/s",
+            js_small.records_per_s,
+            ">= 250,000/s",
+            small.records_per_s >= 250_000,
+        ),
+        Figure("produce", f"{small.name} (MB/s)", small.mb_per_s, "MB/s", js_small.mb_per_s),
+        Figure("produce", "100 B records/s / JetStream R3's", small_ratio, "x", None, ">= 15x", small_ratio >= 15),
+        Figure("produce", large.name, large.mb_per_s, "MB/s", js_large.mb_per_s),
+        Figure("produce", "16 KiB MB/s / JetStream R3's", large_ratio, "x", None, ">= 0.5x", large_ratio >= 0.5),
+        Figure("produce", f"{latency.name} p50 at {latency.rate_per_s:,}/s", latency.p50_ms, "ms", js_latency.p50_ms),
+        Figure(
+            "produce",
+            f"{latency.name} p99 at {latency.rate_per_s:,}/s",
+            latency.p99_ms,
+            "ms",
+            js_latency.p99_ms,
+            "<= 10 ms",
+            latency.p99_ms <= 10,
+        ),
+    ]
+    return figures
+
+
 def run(workloads: list[str], data_dir: Path, duration_s: float, size_mib: int, recovery_mib: int) -> list[Figure]:
     work = data_dir / f"bench-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
@@ -215,6 +268,7 @@ def run(workloads: list[str], data_dir: Path, duration_s: float, size_mib: int, 
         "append": lambda: bench_append_and_read(work, size_mib),
         "encode": lambda: bench_encode(duration_s),
         "recovery": lambda: bench_recovery(work, recovery_mib),
+        "produce": lambda: bench_produce(work, duration_s / DEFAULT_DURATION_S),
     }
     try:
         for name in workloads:

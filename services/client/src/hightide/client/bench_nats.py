@@ -102,7 +102,7 @@ def nearest_rank(sorted_values: Sequence[float], percent: float) -> float:
     return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
-def _latency_result(name: str, rate_per_s: int, latencies_ns: list[int]) -> LatencyResult:
+def latency_result(name: str, rate_per_s: int, latencies_ns: list[int]) -> LatencyResult:
     ordered = sorted(latencies_ns)
     return LatencyResult(
         name=name,
@@ -418,13 +418,13 @@ async def nats_pubsub_latency(
         async def send(_index: int) -> None:
             await publisher.publish("bench.latency", _STAMP.pack(time.perf_counter_ns()) + padding)
 
-        await _paced(samples, rate_per_s, send)
+        await paced(samples, rate_per_s, send)
         await publisher.flush()
         try:
             await _wait_for(done, DRAIN_DEADLINE_S, f"the subscriber to receive {samples} timed core messages")
         except RuntimeError as error:
             raise RuntimeError(f"{error} (received {len(latencies)})") from error
-        return _latency_result(f"nats core pub/sub {_size_label(RECORD_BYTES)}", rate_per_s, latencies)
+        return latency_result(f"nats core pub/sub {_size_label(RECORD_BYTES)}", rate_per_s, latencies)
 
 
 # ---------------------------------------------------------------------------------------------- JetStream R3
@@ -525,7 +525,7 @@ async def jetstream_r3_latency(
             future.add_done_callback(acked(sent))
 
         try:
-            await _paced(samples, rate_per_s, send)
+            await paced(samples, rate_per_s, send)
         except nats.js.errors.TooManyStalledMsgsError as error:
             raise RuntimeError(f"timed out after {DRAIN_DEADLINE_S:.0f} s with 4,000 JetStream acks pending") from error
         try:
@@ -534,7 +534,7 @@ async def jetstream_r3_latency(
             raise RuntimeError(f"{error} (acked {len(latencies)}, failed {len(failures)})") from error
         if failures:
             raise RuntimeError(f"{len(failures)} of {samples} JetStream publishes failed, first: {failures[0]!r}")
-        return _latency_result(f"jetstream R3 publish {_size_label(RECORD_BYTES)}", rate_per_s, latencies)
+        return latency_result(f"jetstream R3 publish {_size_label(RECORD_BYTES)}", rate_per_s, latencies)
     finally:
         await client.close()
 
@@ -556,7 +556,7 @@ async def _prepared_stream_client(cluster: LocalNatsCluster, stream: str, subjec
 # ---------------------------------------------------------------------------------------------- helpers, run all
 
 
-async def _paced(count: int, rate_per_s: int, send: _Send) -> None:
+async def paced(count: int, rate_per_s: int, send: _Send) -> None:
     """Call `send(i)` at t0 + i/rate on the monotonic clock, for i in range(count); a late send shifts no other."""
     started = time.perf_counter_ns() + 10_000_000  # 10 ms lead, so message 0 is not already late
     for index in range(count):

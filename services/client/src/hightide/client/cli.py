@@ -54,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_parser.add_argument(
         "--workload", action="append", choices=[*bench.WORKLOADS, "all"], help="repeatable; default all"
     )
-    bench_parser.add_argument("--duration", type=_positive, default=3.0, help="seconds per timed loop")
+    bench_parser.add_argument(
+        "--duration", type=_positive, default=bench.DEFAULT_DURATION_S, help="seconds per timed loop (scales produce)"
+    )
     bench_parser.add_argument("--size-mib", type=int, default=512, help="bytes appended per append round")
     bench_parser.add_argument("--recovery-mib", type=int, default=1024, help="log size for the recovery figure")
     bench_parser.add_argument("--format", choices=["text", "json"], default="text")

@@ -20,7 +20,7 @@ from hightide.client.admin import Admin
 from hightide.client.connection import ClusterConnection
 from hightide.client.consumer import Consumer, ConsumerConfig
 from hightide.client.local_cluster import ClusterError, LocalCluster, pid_alive
-from hightide.client.producer import ProduceFailed, Producer, ProducerConfig
+from hightide.client.producer import ProduceFailed, Producer, ProducerConfig, RecordFuture
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode
 from hightide.runtime.nats import NatsUnavailable
@@ -261,16 +261,25 @@ def topic_list(args: argparse.Namespace) -> int:
 
 
 def topic_alter(args: argparse.Namespace) -> int:
-    if args.config:
-        raise UsageError("changing topic configs is not supported yet; only --partitions")
-    if args.partitions is None:
-        raise UsageError("nothing to alter: give --partitions")
+    """--partitions P grows the topic; --config k=v sets a topic config and --config k= removes it (the broker
+    default applies again), as kafka-configs.sh --add-config / --delete-config."""
+    if args.partitions is None and not args.config:
+        raise UsageError("nothing to alter: give --partitions and/or --config key=value")
+    changes = _key_values(args.config)
+    set_configs = {k: v for k, v in changes.items() if v != ""}
+    delete_configs = tuple(k for k, v in changes.items() if v == "")
 
     async def action(admin: Admin, _conn: ClusterConnection) -> int:
-        answer = await admin.create_partitions(args.name, args.partitions)
-        if answer.error:
-            return _failed("topic alter", answer.error, answer.message)
-        print(f"Topic {args.name} now has {args.partitions} partitions.")
+        if changes:
+            altered = await admin.alter_topic_configs(args.name, set_configs, delete_configs)
+            if altered.error:
+                return _failed("topic alter", altered.error, altered.message)
+            print(f"Completed updating config for topic {args.name}.")
+        if args.partitions is not None:
+            answer = await admin.create_partitions(args.name, args.partitions)
+            if answer.error:
+                return _failed("topic alter", answer.error, answer.message)
+            print(f"Topic {args.name} now has {args.partitions} partitions.")
         return EXIT_OK
 
     return asyncio.run(_admin_call(args, action))
@@ -347,7 +356,7 @@ async def _produce(args: argparse.Namespace, config: ProducerConfig) -> int:
     failures = 0
     try:
         async with Producer(conn, config) as producer:
-            pending: list[tuple[str, str | None, asyncio.Future[Any]]] = []
+            pending: list[tuple[str, str | None, RecordFuture]] = []
             pacer = _Pacer(args.rate) if args.rate else None
             for key, value in _records(args):
                 future = await producer.send(
@@ -399,7 +408,7 @@ class _Pacer:
             await asyncio.sleep(delay)  # pacing to --rate, not synchronisation
 
 
-def _print_done(pending: list[tuple[str, str | None, asyncio.Future[Any]]]) -> list[tuple[str, str | None, Any]]:
+def _print_done(pending: list[tuple[str, str | None, RecordFuture]]) -> list[tuple[str, str | None, RecordFuture]]:
     """Print outcomes in send order as far as they are known; keep the rest."""
     index = 0
     while index < len(pending) and pending[index][2].done():
@@ -409,7 +418,7 @@ def _print_done(pending: list[tuple[str, str | None, asyncio.Future[Any]]]) -> l
     return pending[index:]
 
 
-def _report(value: str, key: str | None, future: asyncio.Future[Any], print_acks: bool) -> int:
+def _report(value: str, key: str | None, future: RecordFuture, print_acks: bool) -> int:
     error = future.exception()
     if print_acks:
         if error is None:
@@ -435,9 +444,9 @@ def consume(args: argparse.Namespace) -> int:
 
 async def _consume(args: argparse.Namespace, config: ConsumerConfig) -> int:
     conn = await _connect(args)
+    consumer = Consumer(conn, config)
     try:
         partitions = await conn.partitions_for(args.topic)
-        consumer = Consumer(conn, config)
         if args.partition is not None:
             start = args.offset if args.offset is not None else (-2 if args.from_beginning else -1)
             consumer.assign({(args.topic, args.partition): start})
@@ -456,6 +465,7 @@ async def _consume(args: argparse.Namespace, config: ConsumerConfig) -> int:
                 if args.max_messages is not None and seen >= args.max_messages:
                     break
     finally:
+        await consumer.close()
         await conn.close()
     return EXIT_OK
 

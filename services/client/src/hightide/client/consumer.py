@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -86,6 +87,16 @@ class Consumer:
         self.positions: dict[tuple[str, int], int] = {}
         self.high_watermarks: dict[tuple[str, int], int] = {}
         self._buffered: list[ConsumerRecord] = []
+        self._fetches: dict[int, asyncio.Task[None]] = {}  # one fetch in flight per leader
+        self._fetching: set[tuple[str, int]] = set()  # partitions in those fetches
+
+    async def close(self) -> None:
+        """Cancel the fetches in flight (records they would bring are not taken)."""
+        for task in self._fetches.values():
+            task.cancel()
+        await asyncio.gather(*self._fetches.values(), return_exceptions=True)
+        self._fetches.clear()
+        self._fetching.clear()
 
     def assign(self, positions: Mapping[tuple[str, int], int]) -> None:
         """Read these partitions from these offsets (-2: the log start, -1: the end, Kafka's ListOffsets codes)."""
@@ -137,22 +148,49 @@ class Consumer:
         return records
 
     async def _fetch_all(self) -> None:
+        """Keep one fetch in flight per leader and return once any brings records, or after fetch.max.wait.ms: as
+        in Kafka's fetcher, one leader's long poll never holds back another's records, and a leader that answers
+        empty is asked again at once."""
+        deadline = time.monotonic() + self.config.fetch_max_wait_ms / 1000
+        while not self._buffered:
+            await self._start_fetches()
+            if not self._fetches:
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)  # no leader known yet: back off, retry
+                for topic in {tp[0] for tp in self.positions}:
+                    await self._refresh(topic)
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            done, _ = await asyncio.wait(self._fetches.values(), timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            for leader, task in list(self._fetches.items()):
+                if task in done:
+                    del self._fetches[leader]
+                    task.result()  # a fetch's ConsumeFailed reaches the caller of poll
+
+    async def _start_fetches(self) -> None:
         by_leader: dict[int, list[tuple[str, int]]] = {}
         for tp in self.positions:
+            if tp in self._fetching:
+                continue
             info = self.conn.leader_of(*tp)
             if info is None:
                 await self._refresh(tp[0])
                 info = self.conn.leader_of(*tp)
             if info is not None and info.leader >= 0:
                 by_leader.setdefault(info.leader, []).append(tp)
-        if not by_leader:
-            await asyncio.sleep(self.config.retry_backoff_ms / 1000)  # no leader known yet: back off, then retry
-            for topic in {tp[0] for tp in self.positions}:
-                await self._refresh(topic)
-            return
-        await asyncio.gather(*(self._fetch_from(leader, tps) for leader, tps in by_leader.items()))
+        for leader, tps in by_leader.items():
+            if leader not in self._fetches:  # else its other partitions go in the leader's next fetch
+                self._fetching.update(tps)
+                self._fetches[leader] = asyncio.create_task(self._fetch_from(leader, tps))
 
     async def _fetch_from(self, leader: int, tps: list[tuple[str, int]]) -> None:
+        try:
+            await self._fetch_partitions(leader, tps)
+        finally:
+            self._fetching.difference_update(tps)
+
+    async def _fetch_partitions(self, leader: int, tps: list[tuple[str, int]]) -> None:
         partitions = tuple(
             wire.FetchPartitionRequest(
                 topic=t,
@@ -182,8 +220,10 @@ class Consumer:
             await self._backoff_and_refresh({t for t, _ in tps})
             return
         stale: set[str] = set()
-        for result in answer.partitions:
+        for result, asked in zip(answer.partitions, partitions, strict=False):
             tp = (result.topic, result.partition)
+            if self.positions.get(tp) != asked.fetch_offset:
+                continue  # assigned elsewhere while the fetch was in flight: its answer is out of date
             error = wire.error_code_of(result.error)
             if error is ErrorCode.NONE:
                 self.high_watermarks[tp] = result.high_watermark

@@ -9,7 +9,9 @@ Room: services/client. Kafka's KafkaProducer, reduced to what Hightide serves to
   retried after `retry.backoff.ms` with fresh metadata, until `delivery.timeout.ms` since the record was sent;
 - idempotence (`enable.idempotence`, Kafka's default): a producer id from the controller and a sequence number per
   partition in every batch, so the leader drops a retried batch it already has (KIP-98). A batch keeps its
-  sequence across retries; after a batch fails for good the producer takes a new producer id.
+  sequence across retries; after a batch fails for good the producer takes a new producer id;
+- `send` returns a RecordFuture that shares its batch's one future (Kafka's FutureRecordMetadata), and waits while
+  `buffer.memory` bytes are unacknowledged, up to `max.block.ms`; a record over `max.request.size` is refused.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from hightide.client.connection import ClientError, ClusterConnection
 from hightide.core.partitioner import partition_for_key
@@ -50,6 +52,8 @@ class ProducerConfig:
     request_timeout_ms: int = 30_000
     enable_idempotence: bool = True
     max_request_size: int = 1_048_576
+    buffer_memory: int = 33_554_432
+    max_block_ms: int = 60_000
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> ProducerConfig:
@@ -82,21 +86,52 @@ class RecordMetadata:
     offset: int
 
 
-@dataclass(slots=True)
-class _Pending:
-    key: bytes | None
-    value: bytes
-    timestamp_ms: int
-    deadline: float
-    future: asyncio.Future[RecordMetadata]
+class _Batch:
+    """Records of one partition sent together (Kafka's ProducerBatch): filled by `send` until it is full or taken,
+    then delivered whole. Its one future carries the base offset, so a record's outcome costs no future of its
+    own (the per-record futures and their callbacks were the producer's bottleneck)."""
+
+    __slots__ = ("created", "deadline", "future", "keys", "size", "timestamps", "values")
+
+    def __init__(self, deadline: float, created: float, future: asyncio.Future[int]) -> None:
+        self.values: list[bytes] = []
+        self.keys: list[bytes | None] = []
+        self.timestamps: list[int] = []
+        self.size = 0
+        self.deadline = deadline
+        self.created = created
+        self.future = future
+
+
+class RecordFuture:
+    """The outcome of one sent record (Kafka's FutureRecordMetadata): its batch's outcome at its place in the
+    batch. Await it for the RecordMetadata, or ask `done()`, `result()` and `exception()` as of a Future."""
+
+    __slots__ = ("_batch", "_index", "partition", "topic")
+
+    def __init__(self, batch: _Batch, index: int, topic: str, partition: int) -> None:
+        self._batch, self._index, self.topic, self.partition = batch, index, topic, partition
+
+    def done(self) -> bool:
+        return self._batch.future.done()
+
+    def exception(self) -> BaseException | None:
+        return self._batch.future.exception()
+
+    def result(self) -> RecordMetadata:
+        base_offset = self._batch.future.result()
+        return RecordMetadata(self.topic, self.partition, base_offset + self._index if base_offset >= 0 else -1)
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        yield from self._batch.future.__await__()
+        return self.result()
 
 
 @dataclass(slots=True)
 class _PartitionQueue:
     topic: str
     partition: int
-    records: deque[_Pending] = field(default_factory=deque)
-    bytes: int = 0
+    batches: deque[_Batch] = field(default_factory=deque)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     sequence: int = 0
 
@@ -114,7 +149,10 @@ class Producer:
         self._group: asyncio.TaskGroup | None = None
         self._closing = False
         self._flushing = 0
-        self._unfinished: set[asyncio.Future[RecordMetadata]] = set()  # queued or in a batch in flight
+        self._unfinished: set[asyncio.Future[int]] = set()  # batches queued or in flight
+        self._buffered = 0  # bytes of records not yet acknowledged or failed (buffer.memory)
+        self._space = asyncio.Event()
+        self._space.set()
 
     async def __aenter__(self) -> Producer:
         if self.config.enable_idempotence:
@@ -161,34 +199,62 @@ class Producer:
         key: bytes | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
-        """Queue one record; the future resolves when it is acknowledged (or fails with ProduceFailed)."""
+    ) -> RecordFuture:
+        """Queue one record; the returned RecordFuture resolves when it is acknowledged (or fails with
+        ProduceFailed). Waits while `buffer.memory` bytes are unacknowledged, at most `max.block.ms`."""
         assert self._group is not None, "use the producer inside `async with`"
+        size = len(value) + (len(key) if key else 0) + RECORD_OVERHEAD_BYTES
+        if size > self.config.max_request_size:
+            raise ProduceFailed(
+                f"the record is {size} bytes, more than max.request.size {self.config.max_request_size}",
+                ErrorCode.RECORD_TOO_LARGE,
+            )
+        if self._buffered + size > self.config.buffer_memory and self._buffered > 0:
+            await self._wait_for_space(size)
         partitions = await self.conn.partitions_for(topic)
         if partition is None:
             partition = self._choose_partition(topic, key, len(partitions))
         elif not 0 <= partition < len(partitions):
             raise ProduceFailed(f"{topic} has no partition {partition}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         queue = self._queue(topic, partition)
-        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        now = time.time()
-        record = _Pending(
-            key,
-            value,
-            int(now * 1000) if timestamp_ms is None else timestamp_ms,
-            time.monotonic() + self.config.delivery_timeout_ms / 1000,
-            future,
-        )
-        self._unfinished.add(future)
-        future.add_done_callback(self._unfinished.discard)
-        queue.records.append(record)
-        queue.bytes += len(value) + (len(key) if key else 0) + RECORD_OVERHEAD_BYTES
-        if queue.bytes >= self.config.batch_size:
+        batch = queue.batches[-1] if queue.batches else None
+        if batch is None or (batch.size + size > self.config.batch_size and batch.values):
+            now = time.monotonic()
+            future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            batch = _Batch(now + self.config.delivery_timeout_ms / 1000, now, future)
+            queue.batches.append(batch)
+            self._unfinished.add(future)
+            future.add_done_callback(self._unfinished.discard)
+            if len(queue.batches) == 1:
+                queue.wake.set()  # the sender lingers from this batch's creation
+        index = len(batch.values)
+        batch.values.append(value)
+        batch.keys.append(key)
+        batch.timestamps.append(int(time.time() * 1000) if timestamp_ms is None else timestamp_ms)
+        batch.size += size
+        self._buffered += size
+        if batch.size >= self.config.batch_size:
             queue.wake.set()
             self._sticky.pop(topic, None)
-        elif len(queue.records) == 1:
-            queue.wake.set()
-        return future
+        return RecordFuture(batch, index, topic, partition)
+
+    async def _wait_for_space(self, size: int) -> None:
+        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        while self._buffered + size > self.config.buffer_memory and self._buffered > 0:
+            self._space.clear()
+            remaining = deadline - time.monotonic()
+            try:
+                await asyncio.wait_for(self._space.wait(), max(remaining, 0))
+            except TimeoutError:
+                raise ProduceFailed(
+                    f"buffer.memory {self.config.buffer_memory} stayed full for max.block.ms",
+                    ErrorCode.REQUEST_TIMED_OUT,
+                ) from None
+
+    def _release(self, batch: _Batch) -> None:
+        self._buffered -= batch.size
+        if self._buffered + self.config.batch_size <= self.config.buffer_memory:
+            self._space.set()
 
     def _choose_partition(self, topic: str, key: bytes | None, count: int) -> int:
         if key is not None:
@@ -208,7 +274,7 @@ class Producer:
 
     async def flush(self) -> None:
         """Send everything queued now (no lingering) and wait until every record sent so far has an outcome,
-        whether still queued or in a batch in flight."""
+        whether its batch is still queued or in flight."""
         futures = list(self._unfinished)
         self._flushing += 1
         try:
@@ -220,68 +286,60 @@ class Producer:
             self._flushing -= 1
 
     async def _sender(self, queue: _PartitionQueue) -> None:
-        """One partition's sender: linger, take a batch, deliver it (retrying), repeat."""
+        """One partition's sender: linger from the oldest batch's creation until it is full, then deliver it
+        (retrying); one batch in flight per partition, so a partition's records are acknowledged in order."""
         while True:
-            if not queue.records:
+            if not queue.batches:
                 if self._closing:
                     return
                 queue.wake.clear()
                 await queue.wake.wait()
                 continue
-            if queue.bytes < self.config.batch_size and not self._closing and not self._flushing:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(queue.wake.wait(), self.config.linger_ms / 1000)
-            batch = self._take_batch(queue)
-            await self._deliver(queue, batch)
+            batch = queue.batches[0]
+            full = len(queue.batches) > 1 or batch.size >= self.config.batch_size
+            if not full and not self._closing and not self._flushing:
+                remaining = batch.created + self.config.linger_ms / 1000 - time.monotonic()
+                if remaining > 0:
+                    queue.wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(queue.wake.wait(), remaining)
+                    continue
+            queue.batches.popleft()
+            try:
+                await self._deliver(queue, batch)
+            finally:
+                self._release(batch)
 
-    def _take_batch(self, queue: _PartitionQueue) -> list[_Pending]:
-        batch: list[_Pending] = []
-        size = 0
-        while queue.records:
-            record = queue.records[0]
-            record_size = len(record.value) + (len(record.key) if record.key else 0) + RECORD_OVERHEAD_BYTES
-            if batch and size + record_size > self.config.batch_size:
-                break
-            queue.records.popleft()
-            queue.bytes -= record_size
-            size += record_size
-            batch.append(record)
-        return batch
-
-    async def _deliver(self, queue: _PartitionQueue, batch: list[_Pending]) -> None:
+    async def _deliver(self, queue: _PartitionQueue, batch: _Batch) -> None:
         idempotent = self.config.enable_idempotence
         records = encode_batch(
-            [r.value for r in batch],
-            keys=[r.key for r in batch],
-            timestamps=[r.timestamp_ms for r in batch],
+            batch.values,
+            keys=batch.keys,
+            timestamps=batch.timestamps,
             producer_id=self.producer_id if idempotent else -1,
             producer_epoch=self.producer_epoch if idempotent else -1,
             base_sequence=queue.sequence if idempotent else -1,
         )
-        deadline = min(r.deadline for r in batch)
         attempts = 0
         last_error = ErrorCode.REQUEST_TIMED_OUT
         while True:
             error, base_offset = await self._attempt(queue, records)
             if error is ErrorCode.NONE:
                 if idempotent:
-                    queue.sequence = (queue.sequence + len(batch)) % (2**31)
-                for i, record in enumerate(batch):
-                    offset = base_offset + i if base_offset >= 0 else -1
-                    if not record.future.done():
-                        record.future.set_result(RecordMetadata(queue.topic, queue.partition, offset))
+                    queue.sequence = (queue.sequence + len(batch.values)) % (2**31)
+                if not batch.future.done():
+                    batch.future.set_result(base_offset)
                 return
             last_error = error
             attempts += 1
             retriable = error.retriable and attempts <= self.config.retries
-            if not retriable or time.monotonic() + self.config.retry_backoff_ms / 1000 > deadline:
+            if not retriable or time.monotonic() + self.config.retry_backoff_ms / 1000 > batch.deadline:
                 break
             await asyncio.sleep(self.config.retry_backoff_ms / 1000)  # Kafka's retry.backoff.ms between attempts
             with contextlib.suppress(RequestFailed):
                 await self.conn.metadata((queue.topic,))
-        for record in batch:
-            if not record.future.done():
-                record.future.set_exception(ProduceFailed(f"{queue.topic}-{queue.partition}", last_error))
+        if not batch.future.done():
+            batch.future.set_exception(ProduceFailed(f"{queue.topic}-{queue.partition}", last_error))
         if idempotent:
             await self._init_producer_id()  # the outcome may be unknown: start a fresh sequence space
 

@@ -41,6 +41,20 @@ from hightide.runtime.rpc import Inbox, reply
 
 TICK_INTERVAL_S: Final = 0.1
 STANDBY_POLL_S: Final = 0.25
+# Each API's response type: a request that does not decode is answered with its API's response (error set), so
+# the caller reads the Kafka error code rather than a body it cannot decode.
+RESPONSES: Final[dict[str, type[wire.Response]]] = {
+    ControllerApi.REGISTER_BROKER: wire.BrokerRegistrationResponse,
+    ControllerApi.BROKER_HEARTBEAT: wire.BrokerHeartbeatResponse,
+    ControllerApi.ALTER_PARTITION: wire.AlterPartitionResponse,
+    ControllerApi.CREATE_TOPICS: wire.CreateTopicsResponse,
+    ControllerApi.DELETE_TOPICS: wire.DeleteTopicsResponse,
+    ControllerApi.CREATE_PARTITIONS: wire.CreatePartitionsResponse,
+    ControllerApi.ALTER_CONFIGS: wire.AlterConfigsResponse,
+    ControllerApi.ELECT_LEADERS: wire.ElectLeadersResponse,
+    ControllerApi.INIT_PRODUCER_ID: wire.InitProducerIdResponse,
+    ControllerApi.DESCRIBE_CLUSTER: wire.DescribeClusterResponse,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +94,7 @@ class ControllerService:
             ControllerApi.CREATE_TOPICS: self._on_create_topics,
             ControllerApi.DELETE_TOPICS: self._on_delete_topics,
             ControllerApi.CREATE_PARTITIONS: self._on_create_partitions,
+            ControllerApi.ALTER_CONFIGS: self._on_alter_configs,
             ControllerApi.ELECT_LEADERS: self._on_elect_leaders,
             ControllerApi.DESCRIBE_CLUSTER: self._on_describe_cluster,
             ControllerApi.INIT_PRODUCER_ID: self._on_init_producer_id,
@@ -185,13 +200,14 @@ class ControllerService:
             raise NotActiveController("the lease lapsed on the local clock (was this process paused?)")
 
     async def _handle(self, msg: Msg) -> wire.Response:
-        handler = self._handlers.get(api_of(msg.subject))
+        api = api_of(msg.subject)
+        handler = self._handlers.get(api)
         if handler is None:
-            return wire.DescribeClusterResponse(error=int(ErrorCode.INVALID_REQUEST), message="unknown API")
+            return wire.Response(error=int(ErrorCode.INVALID_REQUEST), message="unknown API")
         try:
             return await handler(msg)
         except wire.InvalidRequest as error:
-            return wire.DescribeClusterResponse(error=int(error.error_code), message=str(error))
+            return wire.error_response(RESPONSES[api], error.error_code, str(error))
 
     # -- committing ----------------------------------------------------------------------------------------------
 
@@ -347,6 +363,15 @@ class ControllerService:
         assert self.control is not None
         answer = await self._commit(self.control.create_partitions(request.topic, request.count, request.assignments))
         return wire.CreatePartitionsResponse(error=int(answer.error), message=answer.message)
+
+    async def _on_alter_configs(self, msg: Msg) -> wire.Response:
+        request = wire.decode(wire.AlterConfigsRequest, msg.data)
+        assert self.control is not None
+        decision = self.control.alter_topic_configs(
+            request.topic, request.set_configs, request.delete_configs, validate_only=request.validate_only
+        )
+        answer = await self._commit(decision)
+        return wire.AlterConfigsResponse(error=int(answer.error), message=answer.message)
 
     async def _on_elect_leaders(self, msg: Msg) -> wire.Response:
         request = wire.decode(wire.ElectLeadersRequest, msg.data)
