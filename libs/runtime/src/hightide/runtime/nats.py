@@ -1,15 +1,14 @@
 """NATS connection settings and the one way a Hightide process connects to NATS.
 
-Room: libs/runtime. It owns the `nats.*` config names, their validation, the TLS context, and the connection's
-lifecycle callbacks (which only log). A failure to connect at start-up is a `NatsUnavailable` with a one-line
-message; after start-up nats-py reconnects on its own as configured. It must never print credentials: URLs are
-logged with their user info redacted.
+Room: libs/runtime. It owns the `nats.*` config names, their validation (a credentials file is read and checked
+when the settings are made), the TLS context, and the connection's lifecycle callbacks (which only log). A failure
+to connect at start-up is a `NatsUnavailable` with a one-line message; after start-up nats-py reconnects on its own
+as configured. It must never print credentials: URLs are logged with their user info redacted.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import nats.errors
+import nkeys  # type: ignore[import-untyped]
 from nats.aio.client import Client
 
 from hightide.runtime.config import ConfigError
@@ -70,6 +70,8 @@ class NatsSettings:
             raise ConfigError("nats.tls.cert.file requires nats.tls.key.file")
         if self.tls_key_file is not None and self.tls_cert_file is None:
             raise ConfigError("nats.tls.key.file requires nats.tls.cert.file")
+        if self.credentials_file is not None:
+            _check_credentials_file(self.credentials_file)
         self._check_timing()
 
     def _check_timing(self) -> None:
@@ -92,12 +94,9 @@ class NatsSettings:
 
 def nats_settings(props: Mapping[str, str], *, url: str | None, name: str) -> NatsSettings:
     """Settings from the `nats.*` properties; an explicit `url` (the `--nats-url` flag) wins over `nats.url`."""
-    credentials_file = _path(props, "nats.credentials.file")
-    if credentials_file is not None and importlib.util.find_spec("nkeys") is None:
-        raise ConfigError("nats.credentials.file needs the nkeys package, which is not installed")
     return NatsSettings(
         url=url if url is not None else props.get("nats.url", DEFAULT_NATS_URL),
-        credentials_file=credentials_file,
+        credentials_file=_path(props, "nats.credentials.file"),
         user=props.get("nats.user"),
         password=props.get("nats.password"),
         token=props.get("nats.token"),
@@ -111,6 +110,43 @@ def nats_settings(props: Mapping[str, str], *, url: str | None, name: str) -> Na
 def _path(props: Mapping[str, str], name: str) -> Path | None:
     value = props.get(name)
     return Path(value) if value else None
+
+
+_CREDS_JWT_MARKER = b"BEGIN NATS USER JWT"
+_CREDS_SEED_MARKER = b"BEGIN USER NKEY SEED"
+
+
+def _check_credentials_file(path: Path) -> None:
+    """A ConfigError (one line, naming the file, never its contents) unless `path` is a readable NATS user
+    credentials file: a user JWT and a user nkey seed, each on the line after its BEGIN marker, as nats-py reads
+    them. Checked up front because nats-py reads the file only while connecting (nats-py 2.x), where a missing
+    file passes for NATS being unavailable, a file without the JWT marker blocks the event loop forever, and one
+    without a valid seed escapes as a raw TypeError or nkeys error."""
+    name = f"nats.credentials.file {path}"
+    try:
+        lines = path.read_bytes().splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"{name} does not exist") from None
+    except OSError as error:
+        raise ConfigError(f"Cannot read {name}: {error.strerror or type(error).__name__}") from None
+    jwt, seed = _line_after(lines, _CREDS_JWT_MARKER), _line_after(lines, _CREDS_SEED_MARKER)
+    if jwt is None or seed is None:
+        raise ConfigError(f"{name} is not a NATS user credentials file (it needs a user JWT and a user nkey seed)")
+    try:
+        prefix, _ = nkeys.decode_seed(seed)
+    except (nkeys.NkeysError, ValueError):
+        prefix = None
+    if prefix != nkeys.PREFIX_BYTE_USER:
+        raise ConfigError(f"{name} does not hold a valid user nkey seed")
+
+
+def _line_after(lines: list[bytes], marker: bytes) -> bytes | None:
+    """The stripped, non-blank line after the first line containing `marker`; None if there is none."""
+    for index, line in enumerate(lines[:-1]):
+        if marker in line:
+            following = lines[index + 1].strip()
+            return following or None
+    return None
 
 
 def build_tls_context(settings: NatsSettings) -> ssl.SSLContext | None:
