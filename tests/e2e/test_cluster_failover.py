@@ -161,10 +161,10 @@ def isr_of(cluster: LocalCluster, topic: str) -> list[int]:
     return [int(b) for b in describe(cluster, topic)[0]["Isr"].split(",") if b]
 
 
-def kill_the_leader_under_a_verifiable_producer(cluster: LocalCluster, topic: str, count: int) -> None:
+def kill_the_leader_under_a_verifiable_producer(cluster: LocalCluster, topic: str, count: int, rate: int = 500) -> None:
     """One round: RF=3, min.insync.replicas=2, acks=all; kill -9 the leader mid-write, restart it, read it all."""
     create_topic(cluster, topic)
-    producer = start_producer(cluster, topic, count, 500)
+    producer = start_producer(cluster, topic, count, rate)
     wait_for(lambda: int(describe(cluster, topic)[0]["Leader"]) > 0, 10, "a leader")
     time.sleep(1.0)  # let the producer get going: this is the workload's timing, not synchronisation
     isr_before = isr_of(cluster, topic)
@@ -201,6 +201,14 @@ def test_kill_9_of_the_leader_five_times_loses_no_acknowledged_record_and_duplic
     logs = cluster.data_dir / "logs"
     recoveries = sum((logs / f"broker-{b}.log").read_text().count('"event": "logs_recovered"') for b in (1, 2, 3))
     assert recoveries >= 3 + 5, "every restart recovered its logs"
+
+
+def test_kill_9_of_the_leader_under_a_saturating_producer_keeps_every_acknowledged_record_once_in_order(
+    cluster: LocalCluster,
+) -> None:
+    """The same promise with five batches in flight when the leader dies: the refused window is sent again in
+    sequence order to the new leader, which keeps what it already has once (idempotence) and the rest in order."""
+    kill_the_leader_under_a_verifiable_producer(cluster, "saturated", 60_000, 20_000)
 
 
 def partition_changes(cluster: LocalCluster, topic: str) -> list[str]:

@@ -3,8 +3,10 @@
 Room: services/client. Kafka's KafkaProducer, reduced to what Hightide serves today:
 
 - partition: explicit, else murmur2 of the key (Kafka's), else sticky (one partition until its batch is sent);
-- batching per partition by `batch.size` bytes and `linger.ms`; one batch in flight per partition, so records of a
-  partition are acknowledged in the order they were sent;
+- batching per partition by `batch.size` bytes and `linger.ms`; up to `max.in.flight.requests.per.connection`
+  (5) batches in flight per partition. Sequence numbers keep them in order at the leader: after a retriable
+  refusal no new batch goes until the window is back, then the refused ones go again one by one in sequence order
+  (an out-of-order answer caused by an earlier refused batch is retried with it, as Kafka's Sender does);
 - `acks` 0, 1 or all; retriable errors (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, …) are
   retried after `retry.backoff.ms` with fresh metadata, until `delivery.timeout.ms` since the record was sent;
 - idempotence (`enable.idempotence`, Kafka's default): a producer id from the controller and a sequence number per
@@ -54,6 +56,16 @@ class ProducerConfig:
     max_request_size: int = 1_048_576
     buffer_memory: int = 33_554_432
     max_block_ms: int = 60_000
+    max_in_flight_requests_per_connection: int = 5
+
+    def __post_init__(self) -> None:
+        if self.max_in_flight_requests_per_connection < 1:
+            raise ValueError("max.in.flight.requests.per.connection must be at least 1")
+        if self.enable_idempotence and self.max_in_flight_requests_per_connection > 5:
+            # Kafka's ConfigException: the leader remembers only the last five batches of each producer.
+            raise ValueError(
+                "Must set max.in.flight.requests.per.connection to at most 5 to use the idempotent producer."
+            )
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> ProducerConfig:
@@ -91,7 +103,18 @@ class _Batch:
     then delivered whole. Its one future carries the base offset, so a record's outcome costs no future of its
     own (the per-record futures and their callbacks were the producer's bottleneck)."""
 
-    __slots__ = ("created", "deadline", "future", "keys", "size", "timestamps", "values")
+    __slots__ = (
+        "attempts",
+        "created",
+        "deadline",
+        "encoded",
+        "future",
+        "keys",
+        "sequence",
+        "size",
+        "timestamps",
+        "values",
+    )
 
     def __init__(self, deadline: float, created: float, future: asyncio.Future[int]) -> None:
         self.values: list[bytes] = []
@@ -101,6 +124,9 @@ class _Batch:
         self.deadline = deadline
         self.created = created
         self.future = future
+        self.encoded = b""  # the batch as sent: encoded once, with its sequence, and sent again as is on a retry
+        self.sequence = -1
+        self.attempts = 0
 
 
 class RecordFuture:
@@ -131,9 +157,12 @@ class RecordFuture:
 class _PartitionQueue:
     topic: str
     partition: int
-    batches: deque[_Batch] = field(default_factory=deque)
+    batches: deque[_Batch] = field(default_factory=deque)  # filling, not yet sent
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    sequence: int = 0
+    sequence: int = 0  # the next batch's base sequence (assigned when it is sent, as Kafka's drain does)
+    in_flight: int = 0
+    unresolved: list[_Batch] = field(default_factory=list)  # sent, without an outcome yet (in flight or to retry)
+    retry: list[_Batch] = field(default_factory=list)  # refused retriably: sent again one by one, in sequence order
 
 
 class Producer:
@@ -286,14 +315,22 @@ class Producer:
             self._flushing -= 1
 
     async def _sender(self, queue: _PartitionQueue) -> None:
-        """One partition's sender: linger from the oldest batch's creation until it is full, then deliver it
-        (retrying); one batch in flight per partition, so a partition's records are acknowledged in order."""
+        """One partition's sender (Kafka's Sender for one partition): linger from the oldest batch's creation
+        until it is full, then send it, with up to max.in.flight.requests.per.connection batches in flight. A
+        batch refused retriably stops new sends: once the window is back, the refused batches go again one at a
+        time in sequence order, so the leader's sequence check keeps the partition's records in send order."""
+        window = self.config.max_in_flight_requests_per_connection
         while True:
-            if not queue.batches:
-                if self._closing:
+            if queue.retry:
+                if queue.in_flight:
+                    await self._wait(queue)
+                    continue
+                await self._retry_first(queue)
+                continue
+            if not queue.batches or queue.in_flight >= window:
+                if self._closing and not queue.batches and not queue.in_flight:
                     return
-                queue.wake.clear()
-                await queue.wake.wait()
+                await self._wait(queue)
                 continue
             batch = queue.batches[0]
             full = len(queue.batches) > 1 or batch.size >= self.config.batch_size
@@ -305,43 +342,77 @@ class Producer:
                         await asyncio.wait_for(queue.wake.wait(), remaining)
                     continue
             queue.batches.popleft()
-            try:
-                await self._deliver(queue, batch)
-            finally:
-                self._release(batch)
+            self._encode(queue, batch)
+            queue.unresolved.append(batch)
+            queue.in_flight += 1
+            assert self._group is not None
+            self._group.create_task(self._send_once(queue, batch))
 
-    async def _deliver(self, queue: _PartitionQueue, batch: _Batch) -> None:
+    @staticmethod
+    async def _wait(queue: _PartitionQueue) -> None:
+        """Until something changes for the queue (checked by the caller with no await since, so no wake is lost)."""
+        queue.wake.clear()
+        await queue.wake.wait()
+
+    def _encode(self, queue: _PartitionQueue, batch: _Batch) -> None:
         idempotent = self.config.enable_idempotence
-        records = encode_batch(
+        batch.sequence = queue.sequence if idempotent else -1
+        batch.encoded = encode_batch(
             batch.values,
             keys=batch.keys,
             timestamps=batch.timestamps,
             producer_id=self.producer_id if idempotent else -1,
             producer_epoch=self.producer_epoch if idempotent else -1,
-            base_sequence=queue.sequence if idempotent else -1,
+            base_sequence=batch.sequence,
         )
-        attempts = 0
-        last_error = ErrorCode.REQUEST_TIMED_OUT
-        while True:
-            error, base_offset = await self._attempt(queue, records)
-            if error is ErrorCode.NONE:
-                if idempotent:
-                    queue.sequence = (queue.sequence + len(batch.values)) % (2**31)
-                if not batch.future.done():
-                    batch.future.set_result(base_offset)
-                return
-            last_error = error
-            attempts += 1
-            retriable = error.retriable and attempts <= self.config.retries
-            if not retriable or time.monotonic() + self.config.retry_backoff_ms / 1000 > batch.deadline:
-                break
-            await asyncio.sleep(self.config.retry_backoff_ms / 1000)  # Kafka's retry.backoff.ms between attempts
-            with contextlib.suppress(RequestFailed):
-                await self.conn.metadata((queue.topic,))
-        if not batch.future.done():
-            batch.future.set_exception(ProduceFailed(f"{queue.topic}-{queue.partition}", last_error))
         if idempotent:
+            queue.sequence = (queue.sequence + len(batch.values)) % (2**31)
+
+    async def _send_once(self, queue: _PartitionQueue, batch: _Batch) -> None:
+        try:
+            error, base_offset = await self._attempt(queue, batch.encoded)
+        finally:
+            queue.in_flight -= 1
+            queue.wake.set()
+        if error is ErrorCode.NONE:
+            self._resolve(queue, batch)
+            if not batch.future.done():
+                batch.future.set_result(base_offset)
+            return
+        batch.attempts += 1
+        if self._retriable(queue, batch, error):
+            queue.retry.append(batch)
+            queue.retry.sort(key=lambda b: b.sequence)
+            return
+        self._resolve(queue, batch)
+        if not batch.future.done():
+            batch.future.set_exception(ProduceFailed(f"{queue.topic}-{queue.partition}", error))
+        if self.config.enable_idempotence:
             await self._init_producer_id()  # the outcome may be unknown: start a fresh sequence space
+
+    def _retriable(self, queue: _PartitionQueue, batch: _Batch, error: ErrorCode) -> bool:
+        """Kafka's canRetry: attempts and delivery.timeout.ms left, and a retriable error, or an out-of-order
+        sequence caused by an earlier batch of the partition that is itself still unresolved."""
+        if batch.attempts > self.config.retries:
+            return False
+        if time.monotonic() + self.config.retry_backoff_ms / 1000 > batch.deadline:
+            return False
+        if error.retriable:
+            return True
+        earlier = any(b.sequence < batch.sequence for b in queue.unresolved if b is not batch)
+        return error is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and earlier
+
+    async def _retry_first(self, queue: _PartitionQueue) -> None:
+        batch = queue.retry.pop(0)
+        await asyncio.sleep(self.config.retry_backoff_ms / 1000)  # Kafka's retry.backoff.ms between attempts
+        with contextlib.suppress(RequestFailed):
+            await self.conn.metadata((queue.topic,))
+        queue.in_flight += 1
+        await self._send_once(queue, batch)
+
+    def _resolve(self, queue: _PartitionQueue, batch: _Batch) -> None:
+        queue.unresolved.remove(batch)
+        self._release(batch)
 
     async def _attempt(self, queue: _PartitionQueue, records: bytes) -> tuple[ErrorCode, int]:
         info = self.conn.leader_of(queue.topic, queue.partition)
