@@ -338,40 +338,8 @@ FUZZ: Final = settings(
 
 # -- bodies that are not a request ---------------------------------------------------------------------------------
 
-REQUEST_OF: Final[dict[str, type[wire.Wire]]] = {
-    BrokerApi.PRODUCE: wire.ProduceRequest,
-    BrokerApi.FETCH: wire.FetchRequest,
-    BrokerApi.LIST_OFFSETS: wire.ListOffsetsRequest,
-    BrokerApi.OFFSETS_FOR_LEADER_EPOCH: wire.OffsetsForLeaderEpochRequest,
-    BrokerApi.METADATA: wire.MetadataRequest,
-    ControllerApi.REGISTER_BROKER: wire.BrokerRegistrationRequest,
-    ControllerApi.BROKER_HEARTBEAT: wire.BrokerHeartbeatRequest,
-    ControllerApi.ALTER_PARTITION: wire.AlterPartitionRequest,
-    ControllerApi.CREATE_TOPICS: wire.CreateTopicsRequest,
-    ControllerApi.DELETE_TOPICS: wire.DeleteTopicsRequest,
-    ControllerApi.CREATE_PARTITIONS: wire.CreatePartitionsRequest,
-    ControllerApi.ALTER_CONFIGS: wire.AlterConfigsRequest,
-    ControllerApi.ELECT_LEADERS: wire.ElectLeadersRequest,
-    ControllerApi.INIT_PRODUCER_ID: wire.InitProducerIdRequest,
-    ControllerApi.DESCRIBE_CLUSTER: wire.DescribeClusterRequest,
-}
-RESPONSE_OF: Final[dict[str, type[wire.Response]]] = {
-    BrokerApi.PRODUCE: wire.ProduceResponse,
-    BrokerApi.FETCH: wire.FetchResponse,
-    BrokerApi.LIST_OFFSETS: wire.ListOffsetsResponse,
-    BrokerApi.OFFSETS_FOR_LEADER_EPOCH: wire.OffsetsForLeaderEpochResponse,
-    BrokerApi.METADATA: wire.MetadataResponse,
-    ControllerApi.REGISTER_BROKER: wire.BrokerRegistrationResponse,
-    ControllerApi.BROKER_HEARTBEAT: wire.BrokerHeartbeatResponse,
-    ControllerApi.ALTER_PARTITION: wire.AlterPartitionResponse,
-    ControllerApi.CREATE_TOPICS: wire.CreateTopicsResponse,
-    ControllerApi.DELETE_TOPICS: wire.DeleteTopicsResponse,
-    ControllerApi.CREATE_PARTITIONS: wire.CreatePartitionsResponse,
-    ControllerApi.ALTER_CONFIGS: wire.AlterConfigsResponse,
-    ControllerApi.ELECT_LEADERS: wire.ElectLeadersResponse,
-    ControllerApi.INIT_PRODUCER_ID: wire.InitProducerIdResponse,
-    ControllerApi.DESCRIBE_CLUSTER: wire.DescribeClusterResponse,
-}
+REQUEST_OF: Final = wire.REQUEST_OF
+RESPONSE_OF: Final = wire.RESPONSE_OF
 _BATCH: Final = encode_batch([b"template"])
 # A well-shaped body of each API, for the mutations to break (their content is wrong anyway: unknown names).
 TEMPLATES: Final[dict[str, dict[str, Any]]] = {

@@ -12,6 +12,7 @@ import pytest
 
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode
+from hightide.protocol.subjects import BrokerApi, ControllerApi
 
 
 def _produce(**overrides: object) -> dict[str, object]:
@@ -55,3 +56,9 @@ def test_a_malformed_body_is_one_invalid_request_naming_the_problem(data: bytes,
 def test_an_unknown_error_number_reads_as_unknown_server_error() -> None:
     assert wire.error_code_of(6) is ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert wire.error_code_of(31999) is ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def test_every_api_has_its_request_and_response_body() -> None:
+    apis = {str(api) for api in BrokerApi} | {str(api) for api in ControllerApi}
+    assert set(wire.REQUEST_OF) == set(wire.RESPONSE_OF) == apis
+    assert all(issubclass(kind, wire.Response) for kind in wire.RESPONSE_OF.values())

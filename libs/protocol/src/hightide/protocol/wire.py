@@ -23,6 +23,7 @@ import msgpack
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from hightide.protocol.errors import ErrorCode, HightideError
+from hightide.protocol.subjects import BrokerApi, ControllerApi
 
 Int16 = Annotated[int, Field(ge=-(2**15), le=2**15 - 1)]
 Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
@@ -379,6 +380,48 @@ class DescribeClusterResponse(Response):
     controller_epoch: Int32 = -1
     metadata_offset: Int64 = -1
     brokers: Annotated[tuple[BrokerMetadata, ...], Field(max_length=REPLICAS_MAX)] = ()
+
+
+# -- each API's bodies -----------------------------------------------------------------------------------------
+
+REQUEST_OF: Final[dict[str, type[Wire]]] = {
+    BrokerApi.PRODUCE: ProduceRequest,
+    BrokerApi.FETCH: FetchRequest,
+    BrokerApi.LIST_OFFSETS: ListOffsetsRequest,
+    BrokerApi.OFFSETS_FOR_LEADER_EPOCH: OffsetsForLeaderEpochRequest,
+    BrokerApi.METADATA: MetadataRequest,
+    ControllerApi.REGISTER_BROKER: BrokerRegistrationRequest,
+    ControllerApi.BROKER_HEARTBEAT: BrokerHeartbeatRequest,
+    ControllerApi.ALTER_PARTITION: AlterPartitionRequest,
+    ControllerApi.CREATE_TOPICS: CreateTopicsRequest,
+    ControllerApi.DELETE_TOPICS: DeleteTopicsRequest,
+    ControllerApi.CREATE_PARTITIONS: CreatePartitionsRequest,
+    ControllerApi.ALTER_CONFIGS: AlterConfigsRequest,
+    ControllerApi.ELECT_LEADERS: ElectLeadersRequest,
+    ControllerApi.INIT_PRODUCER_ID: InitProducerIdRequest,
+    ControllerApi.DESCRIBE_CLUSTER: DescribeClusterRequest,
+}
+"""The request body of every broker and controller API, by API name."""
+
+RESPONSE_OF: Final[dict[str, type[Response]]] = {
+    BrokerApi.PRODUCE: ProduceResponse,
+    BrokerApi.FETCH: FetchResponse,
+    BrokerApi.LIST_OFFSETS: ListOffsetsResponse,
+    BrokerApi.OFFSETS_FOR_LEADER_EPOCH: OffsetsForLeaderEpochResponse,
+    BrokerApi.METADATA: MetadataResponse,
+    ControllerApi.REGISTER_BROKER: BrokerRegistrationResponse,
+    ControllerApi.BROKER_HEARTBEAT: BrokerHeartbeatResponse,
+    ControllerApi.ALTER_PARTITION: AlterPartitionResponse,
+    ControllerApi.CREATE_TOPICS: CreateTopicsResponse,
+    ControllerApi.DELETE_TOPICS: DeleteTopicsResponse,
+    ControllerApi.CREATE_PARTITIONS: CreatePartitionsResponse,
+    ControllerApi.ALTER_CONFIGS: AlterConfigsResponse,
+    ControllerApi.ELECT_LEADERS: ElectLeadersResponse,
+    ControllerApi.INIT_PRODUCER_ID: InitProducerIdResponse,
+    ControllerApi.DESCRIBE_CLUSTER: DescribeClusterResponse,
+}
+"""The response body of every API: a request that does not decode is answered with its API's response (error
+set), so the caller reads the Kafka error code rather than a body it cannot decode."""
 
 
 # -- codec -----------------------------------------------------------------------------------------------------

@@ -64,15 +64,6 @@ from hightide.storage.manager import LogManager
 TICK_INTERVAL_S: Final = 0.05
 RESPONSE_OVERHEAD_BYTES: Final = 64 * 1024
 REGISTRATION_RETRY_S: Final = 0.25
-# Each API's response type: a request that does not decode is answered with its API's response (error set), so
-# the caller reads the Kafka error code rather than a body it cannot decode.
-RESPONSES: Final[dict[str, type[wire.Response]]] = {
-    BrokerApi.PRODUCE: wire.ProduceResponse,
-    BrokerApi.FETCH: wire.FetchResponse,
-    BrokerApi.LIST_OFFSETS: wire.ListOffsetsResponse,
-    BrokerApi.OFFSETS_FOR_LEADER_EPOCH: wire.OffsetsForLeaderEpochResponse,
-    BrokerApi.METADATA: wire.MetadataResponse,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +344,7 @@ class BrokerService:
             try:
                 answer = handler(msg)
             except wire.InvalidRequest as error:
-                answer = wire.error_response(RESPONSES[api], error.error_code, str(error))
+                answer = wire.error_response(wire.RESPONSE_OF[api], error.error_code, str(error))
         if answer is not None:
             await reply(self.nc, msg, answer)
         if self.metrics is not None:

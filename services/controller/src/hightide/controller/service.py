@@ -41,20 +41,6 @@ from hightide.runtime.rpc import Inbox, reply
 
 TICK_INTERVAL_S: Final = 0.1
 STANDBY_POLL_S: Final = 0.25
-# Each API's response type: a request that does not decode is answered with its API's response (error set), so
-# the caller reads the Kafka error code rather than a body it cannot decode.
-RESPONSES: Final[dict[str, type[wire.Response]]] = {
-    ControllerApi.REGISTER_BROKER: wire.BrokerRegistrationResponse,
-    ControllerApi.BROKER_HEARTBEAT: wire.BrokerHeartbeatResponse,
-    ControllerApi.ALTER_PARTITION: wire.AlterPartitionResponse,
-    ControllerApi.CREATE_TOPICS: wire.CreateTopicsResponse,
-    ControllerApi.DELETE_TOPICS: wire.DeleteTopicsResponse,
-    ControllerApi.CREATE_PARTITIONS: wire.CreatePartitionsResponse,
-    ControllerApi.ALTER_CONFIGS: wire.AlterConfigsResponse,
-    ControllerApi.ELECT_LEADERS: wire.ElectLeadersResponse,
-    ControllerApi.INIT_PRODUCER_ID: wire.InitProducerIdResponse,
-    ControllerApi.DESCRIBE_CLUSTER: wire.DescribeClusterResponse,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +193,7 @@ class ControllerService:
         try:
             return await handler(msg)
         except wire.InvalidRequest as error:
-            return wire.error_response(RESPONSES[api], error.error_code, str(error))
+            return wire.error_response(wire.RESPONSE_OF[api], error.error_code, str(error))
 
     # -- committing ----------------------------------------------------------------------------------------------
 
