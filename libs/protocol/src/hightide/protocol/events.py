@@ -79,10 +79,16 @@ def _check_value(event_type: str, name: str, hint: object, value: object) -> Non
                 raise InvalidEvent(f"{event_type}.{name}={value!r} is outside [{meta.low}, {meta.high}]")
         return
     if origin is tuple:
-        (item, _ellipsis) = typing.get_args(hint)
+        args = typing.get_args(hint)
         if not isinstance(value, tuple):
             raise InvalidEvent(f"{event_type}.{name} must be a tuple, not {type(value).__name__}")
-        for element in value:
+        if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: any number of X
+            items = [args[0]] * len(value)
+        elif len(value) != len(args):  # tuple[X, Y]: exactly one X then one Y
+            raise InvalidEvent(f"{event_type}.{name}={value!r} must have {len(args)} items")
+        else:
+            items = list(args)
+        for item, element in zip(items, value, strict=True):
             _check_value(event_type, name, item, element)
         return
     if origin in (typing.Union, types.UnionType):
