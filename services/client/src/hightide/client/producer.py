@@ -413,6 +413,9 @@ class Producer:
     def _resolve(self, queue: _PartitionQueue, batch: _Batch) -> None:
         queue.unresolved.remove(batch)
         self._release(batch)
+        # Its RecordFutures need only the batch's future: drop the records, so a caller that keeps the futures
+        # (as Kafka's FutureRecordMetadata, which holds only the result) does not keep the data twice over.
+        batch.values, batch.keys, batch.timestamps, batch.encoded = [], [], [], b""
 
     async def _attempt(self, queue: _PartitionQueue, records: bytes) -> tuple[ErrorCode, int]:
         info = self.conn.leader_of(queue.topic, queue.partition)
