@@ -12,6 +12,9 @@ as the token separator, so a cluster id is restricted to letters, digits, `-` an
 | `ht.<cluster>.metadata`                | the metadata log's subject (KRaft's `__cluster_metadata`)       |
 | stream `HT_<cluster>_METADATA`         | the metadata log                                                |
 | bucket `HT_<cluster>_CONTROLLER`       | the controller lease (`leader`, per-key TTL) and `epoch`        |
+| `ht.<cluster>.events.<service>.<id>`   | one emitter's event batches (msgpack arrays of envelopes)       |
+| stream `HT_<cluster>_EVENTS`           | the event store: every emitter's batches, deduplicated by       |
+|                                        | `Nats-Msg-Id` = `<service>.<id>.<incarnation>.<first sequence>` |
 """
 
 from __future__ import annotations
@@ -93,3 +96,21 @@ def controller_bucket(cluster_id: str) -> str:
 def api_of(subject: str) -> str:
     """The last token of a request subject: the API it calls."""
     return subject.rsplit(".", 1)[-1]
+
+
+def events_subject(cluster_id: str, service: str, emitter_id: int) -> str:
+    return f"ht.{cluster_id}.events.{service}.{emitter_id}"
+
+
+def events_subjects(cluster_id: str) -> str:
+    """Every emitter's events (the `EVENTS` stream's subject filter)."""
+    return f"ht.{cluster_id}.events.>"
+
+
+def events_stream(cluster_id: str) -> str:
+    return f"HT_{cluster_id}_EVENTS"
+
+
+def events_message_id(service: str, emitter_id: int, incarnation: str, first_sequence: int) -> str:
+    """The `Nats-Msg-Id` of the batch whose first event has `first_sequence`: the stream drops a second copy."""
+    return f"{service}.{emitter_id}.{incarnation}.{first_sequence}"

@@ -1,0 +1,1 @@
+"""hightide.audit: the history's rules as pure functions over events. Never does I/O."""

@@ -1,0 +1,1 @@
+"""hightide.lake: the Parquet lake of archived events. Room: libs/lake (over runtime, under the services)."""

@@ -1,0 +1,1 @@
+"""The archiver service: the event store -> the Parquet lake. Room: services/archiver."""
