@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client
@@ -22,6 +23,9 @@ _HIGHTIDE_ONLY = ("controller.lease.ms", "metadata.log.replicas")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = common_parser("hightide controller", "Run a Hightide controller (active or standby).")
     parser.add_argument("--id", type=int, required=True, help="this controller's id")
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="where the event outbox lives (default: ./.hightide/controller-ID)"
+    )
     common = parse_common(parser, argv)
     props = common.properties
     try:
