@@ -2,8 +2,8 @@
 
 Room: libs/runtime. The cores return `Emit(event)` effects; the shell hands each event to its `EventSink` in the
 order the effects came, after the state change they report is durable. The log sink writes one structlog line per
-event, named by the event type, so a running cluster is observable today; the outbox and the JetStream `EVENTS`
-relay (the events issue) implement the same interface.
+event, named by the event type; the outbox sink (`event_store.OutboxEventSink`) stores each event in the outbox
+for the `EVENTS` stream, and logs it through this one too.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ PER_REQUEST_EVENTS: Final = frozenset(
 class EventSink(Protocol):
     def emit(self, event: Event) -> None: ...
 
+    def flush(self) -> None:
+        """Make every event emitted so far durable (the outbox); called before acting on them outside."""
+
 
 class LogEventSink:
     """Each event as a log line named by its type: per-request events at debug, changes of state at info;
@@ -48,3 +51,6 @@ class LogEventSink:
             self._log.debug(event.TYPE, **fields)
         else:
             self._log.info(event.TYPE, **fields)
+
+    def flush(self) -> None:
+        pass

@@ -62,6 +62,13 @@ BROKER_CONFIG_NAMES: Final = frozenset(
     }
 )
 
+# The event store (every service): the EVENTS stream's replicas and retention, used when a service creates it.
+EVENTS_CONFIG_NAMES: Final = frozenset({"events.stream.replicas", "events.retention.ms"})
+
 SERVER_CONFIG_NAMES: Final = (
-    LOG_CONFIG_NAMES | CONTROLLER_CONFIG_NAMES | BROKER_CONFIG_NAMES | frozenset(NATS_CONFIG_NAMES)
+    LOG_CONFIG_NAMES
+    | CONTROLLER_CONFIG_NAMES
+    | BROKER_CONFIG_NAMES
+    | EVENTS_CONFIG_NAMES
+    | frozenset(NATS_CONFIG_NAMES)
 )

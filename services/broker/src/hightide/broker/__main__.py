@@ -12,7 +12,7 @@ from nats.aio.client import Client
 from hightide.broker.service import BrokerService, BrokerSettings
 from hightide.core.partition import PartitionConfig
 from hightide.runtime.config import ConfigError, get_bool, get_int
-from hightide.runtime.events import LogEventSink
+from hightide.runtime.events import EventSink
 from hightide.runtime.metrics import BrokerMetrics
 from hightide.runtime.names import LOG_CONFIG_NAMES
 from hightide.runtime.service import common_parser, parse_common, run_service
@@ -20,6 +20,7 @@ from hightide.storage.config import LogConfig
 from hightide.storage.errors import StorageError
 
 MIB = 1024 * 1024
+OUTBOX_DIR = "events-outbox"  # not a partition directory name (those end in -<partition number>)
 
 
 def settings_from(broker_id: int, cluster_id: str, data_dir: Path, props: dict[str, str]) -> BrokerSettings:
@@ -67,10 +68,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     metrics = BrokerMetrics()
 
-    def build(nc: Client, log: Any) -> BrokerService:
-        return BrokerService(settings, nc, LogEventSink(log), log, metrics)
+    def build(nc: Client, log: Any, events: EventSink) -> BrokerService:
+        return BrokerService(settings, nc, events, log, metrics)
 
-    return run_service(common, name="broker", service_id=settings.broker_id, build=build, registry=metrics.registry)
+    return run_service(
+        common,
+        name="broker",
+        service_id=settings.broker_id,
+        build=build,
+        registry=metrics.registry,
+        events_dir=settings.data_dir / OUTBOX_DIR,
+    )
 
 
 if __name__ == "__main__":

@@ -331,6 +331,7 @@ class BrokerService:
                 self._on_alter_partition_response(payload)  # type: ignore[arg-type]
             elif kind == "tick":
                 await self._on_tick()
+            self.events.flush()  # the events of what just happened are in the outbox before any answer leaves
             await self._deliver()
 
     async def _serve(self, msg: Msg) -> None:
@@ -346,6 +347,7 @@ class BrokerService:
             except wire.InvalidRequest as error:
                 answer = wire.error_response(wire.RESPONSE_OF[api], error.error_code, str(error))
         if answer is not None:
+            self.events.flush()
             await reply(self.nc, msg, answer)
         if self.metrics is not None:
             error_name = "NONE" if answer is None else answer.error_code.name
@@ -727,6 +729,7 @@ class BrokerService:
                     response, ready = self._read_fetch(parked.request)
                     if ready or parked.deadline <= now:
                         answered.add(id(parked))
+                        self.events.flush()  # reading a fetch emits (FetchServed, a moved HW)
                         await reply(self.nc, parked.msg, response)
             self._parked = [p for p in self._parked if id(p) not in answered]
 

@@ -12,7 +12,7 @@ from nats.aio.client import Client
 from hightide.controller.service import ControllerService, ControllerSettings
 from hightide.core.controller import ControllerConfig, InvalidControllerConfig
 from hightide.runtime.config import ConfigError, get_int
-from hightide.runtime.events import LogEventSink
+from hightide.runtime.events import EventSink
 from hightide.runtime.metrics import ControllerMetrics
 from hightide.runtime.names import CONTROLLER_CONFIG_NAMES
 from hightide.runtime.service import common_parser, parse_common, run_service
@@ -41,11 +41,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     metrics = ControllerMetrics()
 
-    def build(nc: Client, log: Any) -> ControllerService:
-        return ControllerService(settings, nc, LogEventSink(log), log, metrics)
+    def build(nc: Client, log: Any, events: EventSink) -> ControllerService:
+        return ControllerService(settings, nc, events, log, metrics)
 
+    data_dir = common.args.data_dir or Path(".hightide") / f"controller-{settings.controller_id}"
     return run_service(
-        common, name="controller", service_id=settings.controller_id, build=build, registry=metrics.registry
+        common,
+        name="controller",
+        service_id=settings.controller_id,
+        build=build,
+        registry=metrics.registry,
+        events_dir=data_dir / "events-outbox",
     )
 
 

@@ -214,6 +214,9 @@ class ControllerService:
         for event in result.events:
             self.events.emit(event)
             self._count_election(event)
+        # A decision's events are in the outbox before anyone hears of it. They follow the append: a controller
+        # killed in between leaves the decision in the metadata log without its events (see the issue 5 note).
+        self.events.flush()
         return result.response
 
     def _count_election(self, event: object) -> None:
