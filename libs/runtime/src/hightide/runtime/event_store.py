@@ -176,9 +176,10 @@ class EventRelay:
         window: int = RELAY_WINDOW,
         replicas: int = 1,
         retention_ms: int = DEFAULT_RETENTION_MS,
+        publish_timeout_s: float = PUBLISH_TIMEOUT_S,
     ) -> None:
         self.nc = nc
-        self.js = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
+        self.js = nc.jetstream(timeout=publish_timeout_s)
         self.cluster_id = cluster_id
         self.directory = directory
         self.writer = writer
@@ -188,6 +189,7 @@ class EventRelay:
         self.retention_ms = retention_ms
         self.published = 0  # records acknowledged, for status and tests
         self.adopted = 0  # outboxes of ended incarnations replayed
+        self.failures = 0  # publish rounds that failed (and were retried)
         self._wake = asyncio.Event()
         self._own_position = read_cursor(writer.path) if writer is not None else 0
         self._own_reader: OutboxReader | None = None
@@ -319,6 +321,7 @@ class EventRelay:
 
     async def _back_off(self, stopping: asyncio.Event, what: str, error: BaseException) -> None:
         self._failures += 1
+        self.failures += 1
         delay = min(BACKOFF_MAX_S, BACKOFF_MIN_S * 2 ** min(self._failures - 1, 8))
         log = self.log.warning if self._failures == 1 else self.log.debug
         log(what, error=type(error).__name__, detail=str(error)[:200], retry_in_s=delay)
@@ -368,11 +371,21 @@ class EventPipeline:
         also: EventSink | None = None,
         replicas: int = 1,
         retention_ms: int = DEFAULT_RETENTION_MS,
+        publish_timeout_s: float = PUBLISH_TIMEOUT_S,
     ) -> EventPipeline:
         incarnation = uuid.uuid4().hex
         header = OutboxHeader(cluster_id, service, emitter_id, incarnation)
         writer = OutboxWriter.create(directory, header)
-        relay = EventRelay(nc, cluster_id, directory, writer, log, replicas=replicas, retention_ms=retention_ms)
+        relay = EventRelay(
+            nc,
+            cluster_id,
+            directory,
+            writer,
+            log,
+            replicas=replicas,
+            retention_ms=retention_ms,
+            publish_timeout_s=publish_timeout_s,
+        )
         emitter = Emitter(service, emitter_id, incarnation)
         sink = OutboxEventSink(cluster_id, emitter, writer, on_written=relay.notify, also=also)
         return cls(sink, relay, writer)
@@ -380,14 +393,19 @@ class EventPipeline:
     def start(self) -> None:
         self._task = asyncio.ensure_future(self.relay.run(self._stopping))
 
-    async def close(self, drain_timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
-        """Write what is pending, publish it (within the timeout), stop. The outbox file is deleted only when the
-        stream has all of it; otherwise it stays for the next process to replay. True when nothing is left."""
-        self.sink.flush()
+    async def stop_relay(self) -> None:
+        """Stop relaying in the background (what is written stays in the outbox)."""
         self._stopping.set()
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+            self._task = None
+
+    async def close(self, drain_timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
+        """Write what is pending, publish it (within the timeout), stop. The outbox file is deleted only when the
+        stream has all of it; otherwise it stays for the next process to replay. True when nothing is left."""
+        self.sink.flush()
+        await self.stop_relay()
         drained = await self.relay.drain(drain_timeout_s)
         self.relay.close()
         self.writer.close()
