@@ -20,7 +20,6 @@ catalogue's `check_event`) and raises `InvalidEvent` for anything else, so a rea
 
 from __future__ import annotations
 
-import dataclasses
 import types
 import typing
 from dataclasses import dataclass
@@ -28,7 +27,16 @@ from typing import Annotated, Any, Final
 
 import msgpack
 
-from hightide.protocol.events import CATALOGUE, INT32_MAX, INT32_MIN, INT64_MAX, Event, InvalidEvent, check_event
+from hightide.protocol.events import (
+    CATALOGUE,
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    Event,
+    InvalidEvent,
+    check_event,
+    field_hints,
+)
 
 SERVICES: Final = frozenset({"broker", "controller", "producer", "consumer", "archiver", "canary"})
 _ENVELOPE_KEYS: Final = frozenset(
@@ -73,7 +81,7 @@ def to_plain(envelope: Envelope) -> dict[str, Any]:
         "mono_ns": envelope.mono_ns,
         "type": envelope.type,
         "version": envelope.version,
-        "event": {f.name: getattr(envelope.event, f.name) for f in dataclasses.fields(envelope.event)},
+        "event": {name: getattr(envelope.event, name) for name in field_hints(type(envelope.event))},
     }
 
 
@@ -126,11 +134,10 @@ def _is_int(value: object, low: int, high: int) -> bool:
 
 
 def _event(event_class: type[Event], fields: object) -> Event:
-    names = {f.name for f in dataclasses.fields(event_class)}
-    if not isinstance(fields, dict) or set(fields) != names:
+    hints = field_hints(event_class)
+    if not isinstance(fields, dict) or fields.keys() != hints.keys():
         got = sorted(map(str, fields)) if isinstance(fields, dict) else type(fields).__name__
-        raise InvalidEvent(f"{event_class.TYPE} needs fields {sorted(names)}, got {got}")
-    hints = typing.get_type_hints(event_class, include_extras=True)
+        raise InvalidEvent(f"{event_class.TYPE} needs fields {sorted(hints)}, got {got}")
     event = event_class(**{name: _typed(hints[name], value) for name, value in fields.items()})
     check_event(event)
     return event

@@ -15,6 +15,7 @@ Rules for this module:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import dataclass
@@ -64,9 +65,16 @@ class InvalidEvent(ValueError):
 
 def check_event(event: Event) -> None:
     """Check every field against its declared type and size (the store does this before accepting one)."""
-    hints = typing.get_type_hints(type(event), include_extras=True)
-    for field in dataclasses.fields(event):
-        _check_value(type(event).__name__, field.name, hints[field.name], getattr(event, field.name))
+    hints = field_hints(type(event))
+    for name, hint in hints.items():
+        _check_value(type(event).__name__, name, hint, getattr(event, name))
+
+
+@functools.cache
+def field_hints(event_class: type[Event]) -> dict[str, object]:
+    """Each field's declared type (with its size annotation), in field order; resolved once per class."""
+    hints = typing.get_type_hints(event_class, include_extras=True)
+    return {field.name: hints[field.name] for field in dataclasses.fields(event_class)}
 
 
 def _check_value(event_type: str, name: str, hint: object, value: object) -> None:
