@@ -15,7 +15,6 @@ Rules for this module:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import types
 import typing
 from dataclasses import dataclass
@@ -70,11 +69,17 @@ def check_event(event: Event) -> None:
         _check_value(type(event).__name__, name, hint, getattr(event, name))
 
 
-@functools.cache
 def field_hints(event_class: type[Event]) -> dict[str, object]:
     """Each field's declared type (with its size annotation), in field order; resolved once per class."""
-    hints = typing.get_type_hints(event_class, include_extras=True)
-    return {field.name: hints[field.name] for field in dataclasses.fields(event_class)}
+    hints = _FIELD_HINTS.get(event_class)
+    if hints is None:
+        resolved = typing.get_type_hints(event_class, include_extras=True)
+        hints = {field.name: resolved[field.name] for field in dataclasses.fields(event_class)}
+        _FIELD_HINTS[event_class] = hints
+    return hints
+
+
+_FIELD_HINTS: dict[type[Event], dict[str, object]] = {}
 
 
 def _check_value(event_type: str, name: str, hint: object, value: object) -> None:
