@@ -4,8 +4,9 @@ Room: services/client. Parses arguments and hands over to the pieces that do the
 line with the Kafka error name, never a traceback for an expected failure. Exit codes (CONTRACT.md): 0 success,
 1 the operation failed, 2 usage or input error.
 
-`hightide broker ...` and `hightide controller ...` become the service's own process (`python -m hightide.broker`),
-so the client never imports another service; the other subcommands live in `commands`.
+`hightide broker ...`, `hightide controller ...` and `hightide archiver ...` become the service's own process
+(`python -m hightide.broker`), so the client never imports another service; the other subcommands live in
+`commands`, and `events ...` in `events_cli`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hightide.client import bench, commands
+from hightide.client import bench, commands, events_cli
 from hightide.client.local_cluster import ClusterError
 from hightide.protocol.errors import HightideError
 from hightide.runtime.logging import configure_logging
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     _cluster_commands(subparsers, common)
     _topic_commands(subparsers, common)
     _client_commands(subparsers, common)
+    events_cli.add_events_commands(subparsers, common)
     return parser
 
 
@@ -169,8 +171,8 @@ def _run_bench(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("broker", "controller", "archiver", "canary") and argv[1:2] != ["list"]:
-        if argv[0] in ("archiver", "canary"):
-            print(f"hightide {argv[0]}: not built yet (the events issue builds it)", file=sys.stderr)
+        if argv[0] == "canary":
+            print("hightide canary: not built yet", file=sys.stderr)
             return EXIT_FAILED
         commands.exec_service(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
@@ -184,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except commands.UsageError as e:
         print(f"hightide {name}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (ClusterError, NatsUnavailable) as e:
+    except (ClusterError, NatsUnavailable, events_cli.EventsFailed) as e:
         print(f"hightide {name}: {e}", file=sys.stderr)
         return EXIT_FAILED
     except HightideError as e:
