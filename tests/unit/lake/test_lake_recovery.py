@@ -125,7 +125,7 @@ def test_the_lock_refuses_a_second_writer_and_names_the_first(tmp_path: Path) ->
 
 def test_a_lake_that_is_a_file_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "lake").write_text("x")
-    with pytest.raises(LakeError, match="cannot use"):
+    with pytest.raises(LakeError, match="is not a directory"):
         LakeWriter(tmp_path / "lake", LOG).open()
 
 

@@ -32,6 +32,8 @@ class LakeLock:
 
     def acquire(self) -> None:
         assert self._fd is None, "already held"
+        if self.lake.exists() and not self.lake.is_dir():
+            raise LakeError(f"the lake {self.lake} is not a directory")
         try:
             self.lake.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.lake / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)

@@ -164,6 +164,9 @@ def _print_status(cluster: LocalCluster, status: wire.DescribeClusterResponse, o
         running = "" if pid is None else f"\tPid: {pid}{'' if pid_alive(pid) else ' (exited)'}"
         fenced = "fenced" if broker.fenced else ("shutting-down" if broker.in_controlled_shutdown else "active")
         print(f"Broker: {broker.broker_id}\tEpoch: {broker.broker_epoch}\tState: {fenced}{running}", file=out)
+    if state is not None and state.archiver is not None:
+        exited = "" if pid_alive(state.archiver) else " (exited)"
+        print(f"Archiver: {cluster.lake}\tPid: {state.archiver}{exited}", file=out)
 
 
 def cluster_start_broker(args: argparse.Namespace) -> int:

@@ -1,13 +1,21 @@
-"""A local cluster on this machine: its own nats-server with JetStream on 127.0.0.1, controllers and brokers.
+"""A local cluster on this machine: its own nats-server with JetStream on 127.0.0.1, controllers, brokers and the
+archiver.
 
 Room: services/client. `hightide cluster up|down|status|start-broker|stop-broker` and the e2e tests use it. The
-services run as separate processes (`python -m hightide.broker`, `python -m hightide.controller`), never imported:
-the launcher knows them only by their command line. State lives in `<data-dir>/cluster.json` (CONTRACT.md), logs
-in `<data-dir>/logs/`, each broker's log directory in `<data-dir>/broker-<id>/`.
+services run as separate processes (`python -m hightide.broker`, `python -m hightide.controller`,
+`python -m hightide.archiver`), never imported: the launcher knows them only by their command line. State lives in
+`<data-dir>/cluster.json` (CONTRACT.md), logs in `<data-dir>/logs/`, each broker's log directory in
+`<data-dir>/broker-<id>/`, each controller's outbox in `<data-dir>/controller-<id>/`, the event lake in
+`<data-dir>/lake/`.
+
+`down` stops the services in the order that loses no event: brokers, then controllers (each relays its final
+events to the EVENTS stream as it stops), then the archiver once it has acknowledged everything in the stream
+(or after `ARCHIVER_CATCH_UP_S`), then nats-server.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -22,10 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import nats
+import nats.errors
+
 CLUSTER_FILE: Final = "cluster.json"
 DEFAULT_NATS_PORT: Final = 4222
 NATS_MAX_PAYLOAD: Final = "8MB"
 STOP_TIMEOUT_S: Final = 45.0
+ARCHIVER_CATCH_UP_S: Final = 30.0
+LAKE_DIR: Final = "lake"
 
 
 class ClusterError(Exception):
@@ -75,6 +88,7 @@ class ClusterState:
     controllers: dict[str, int] = field(default_factory=dict)
     brokers: dict[str, int] = field(default_factory=dict)
     config: list[str] = field(default_factory=list)
+    archiver: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +97,7 @@ class ClusterState:
             "nats_pid": self.nats_pid,
             "controllers": self.controllers,
             "brokers": self.brokers,
+            "archiver": self.archiver,
             "config": self.config,
         }
 
@@ -109,6 +124,7 @@ class LocalCluster:
             controllers={k: int(v) for k, v in body.get("controllers", {}).items()},
             brokers={k: int(v) for k, v in body.get("brokers", {}).items()},
             config=list(body.get("config", [])),
+            archiver=None if body.get("archiver") is None else int(body["archiver"]),
         )
 
     def write_state(self, state: ClusterState) -> None:
@@ -134,6 +150,7 @@ class LocalCluster:
             self.start_controller(controller_id, state)
         for broker_id in range(1, brokers + 1):
             self.start_broker(broker_id, state)
+        self.start_archiver(state)
         return state
 
     def _start_nats(self) -> tuple[str, int]:
@@ -173,9 +190,10 @@ class LocalCluster:
 
     def start_controller(self, controller_id: int, state: ClusterState | None = None) -> int:
         state = state or self._require_state()
+        data = self.data_dir / f"controller-{controller_id}"
         pid = self._spawn(
             f"controller-{controller_id}",
-            ["-m", "hightide.controller", "--id", str(controller_id), *self._common(state)],
+            ["-m", "hightide.controller", "--id", str(controller_id), "--data-dir", str(data), *self._common(state)],
         )
         state.controllers[str(controller_id)] = pid
         self.write_state(state)
@@ -195,6 +213,19 @@ class LocalCluster:
         self.write_state(state)
         return pid
 
+    @property
+    def lake(self) -> Path:
+        return self.data_dir / LAKE_DIR
+
+    def start_archiver(self, state: ClusterState | None = None) -> int:
+        state = state or self._require_state()
+        if state.archiver is not None and pid_alive(state.archiver):
+            raise ClusterError(f"the archiver is already running (pid {state.archiver})")
+        pid = self._spawn("archiver", ["-m", "hightide.archiver", "--lake", str(self.lake), *self._common(state)])
+        state.archiver = pid
+        self.write_state(state)
+        return pid
+
     def stop_broker(self, broker_id: int, *, hard: bool) -> None:
         state = self._require_state()
         pid = state.brokers.get(str(broker_id))
@@ -210,7 +241,8 @@ class LocalCluster:
         stop_process(pid, hard=hard)
 
     def down(self) -> ClusterState | None:
-        """Stop brokers (each with a clean shutdown), then controllers, then nats-server."""
+        """Stop brokers (each with a clean shutdown), then controllers, then the archiver once it has caught up,
+        then nats-server."""
         state = self.read_state()
         if state is None:
             return None
@@ -221,6 +253,9 @@ class LocalCluster:
             stop_process(pid, hard=False)
         for pid in state.controllers.values():
             stop_process(pid, hard=False)
+        if state.archiver is not None and pid_alive(state.archiver):
+            wait_archived(state.nats_url, state.cluster_id, ARCHIVER_CATCH_UP_S)
+            stop_process(state.archiver, hard=False)
         if state.nats_pid > 0:
             stop_process(state.nats_pid, hard=False)
         return state
@@ -230,6 +265,34 @@ class LocalCluster:
         if state is None:
             raise ClusterError(f"no local cluster in {self.data_dir} (hightide cluster up first)")
         return state
+
+
+def wait_archived(nats_url: str, cluster_id: str, timeout_s: float) -> bool:
+    """Wait until the archiver has acknowledged every message in the EVENTS stream (true), or give up after
+    `timeout_s`, or at once when NATS or the archiver's consumer cannot be asked (false)."""
+    return asyncio.run(_wait_archived(nats_url, cluster_id, timeout_s))
+
+
+async def _wait_archived(nats_url: str, cluster_id: str, timeout_s: float) -> bool:
+    # Imported here: the lake brings pyarrow, which every other command would pay for at start-up.
+    from hightide.lake.archiver import archiver_lag  # noqa: PLC0415
+
+    try:
+        nc = await nats.connect(nats_url, connect_timeout=2, allow_reconnect=False)
+    except (OSError, nats.errors.Error, TimeoutError):
+        return False
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            lag = await archiver_lag(nc, cluster_id)
+            if lag is None or lag == 0:
+                return lag == 0
+            await asyncio.sleep(0.05)  # polling the archiver's consumer, bounded by the deadline above
+        return False
+    except nats.errors.Error:
+        return False
+    finally:
+        await nc.close()
 
 
 def stop_process(pid: int, *, hard: bool, timeout_s: float = STOP_TIMEOUT_S) -> None:
