@@ -12,6 +12,8 @@ directory under the bench's work directory, removed afterwards. Measured through
 | produce-to-consume      | 100-byte records stamped with the monotonic clock, sent at a fixed rate on a schedule |
 | latency                 | (record i at t0 + i/R); a consumer in the same process reads them (only below the     |
 |                         | high watermark, so after replication) and the latency is arrival minus stamp           |
+| emission cost           | the 100 B throughput again on a second fresh cluster whose services emit no events    |
+|                         | (`HIGHTIDE_BENCH_EVENTS=off`, a benchmark-only setting); cost = 1 - on / off          |
 
 The producer runs with Kafka's defaults (acks=all, idempotence, linger.ms=5) except `batch.size`, which is
 `BENCH_BATCH_SIZE`, just under max.request.size, as a throughput run sets it: with one batch in flight per
@@ -23,11 +25,12 @@ printed, never asserted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -45,6 +48,7 @@ from hightide.client.connection import ClusterConnection
 from hightide.client.consumer import Consumer
 from hightide.client.local_cluster import LocalCluster
 from hightide.client.producer import Producer, ProducerConfig
+from hightide.runtime.service import BENCH_EVENTS_ENV
 
 PRODUCE_COUNT: Final = 300_000
 LARGE_PRODUCE_COUNT: Final = 10_000
@@ -63,18 +67,36 @@ _STAMP: Final = struct.Struct(">q")
 class ClusterFigures:
     throughputs: list[BaselineResult]
     latency: LatencyResult
+    events_off: BaselineResult  # the 100 B throughput with event emission switched off
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str | None) -> Iterator[None]:
+    """`name` set to `value` (None: left as it is) for the processes started inside."""
+    previous = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
 
 
 class BenchCluster:
     """A local cluster for the benchmark: `async with BenchCluster(work) as conn:` gives a connection to it."""
 
-    def __init__(self, work: Path) -> None:
-        self.directory = work / "cluster"
+    def __init__(self, work: Path, *, events: bool = True) -> None:
+        self.directory = work / ("cluster" if events else "cluster-events-off")
         self.local = LocalCluster(self.directory)
         self.conn: ClusterConnection | None = None
+        self.events = events
 
     async def __aenter__(self) -> ClusterConnection:
-        state = self.local.up(brokers=3, controllers=1, cluster_id="bench", config=[])
+        with _environment(BENCH_EVENTS_ENV, None if self.events else "off"):
+            state = self.local.up(brokers=3, controllers=1, cluster_id="bench", config=[])
         try:
             self.conn = await ClusterConnection.open(state.nats_url, state.cluster_id)
             await _until(lambda: _three_active(self.conn), READY_DEADLINE_S, "three active brokers")
@@ -185,13 +207,16 @@ async def run_cluster_bench(work: Path, duration_scale: float = 1.0) -> ClusterF
     def scaled(count: int) -> int:
         return max(1, round(count * duration_scale))
 
+    async with BenchCluster(work, events=False) as conn:
+        off = await produce_throughput(conn, "bench-100b", scaled(PRODUCE_COUNT), RECORD_BYTES)
     async with BenchCluster(work) as conn:
         small = await produce_throughput(conn, "bench-100b", scaled(PRODUCE_COUNT), RECORD_BYTES)
         large = await produce_throughput(conn, "bench-16k", scaled(LARGE_PRODUCE_COUNT), LARGE_RECORD_BYTES)
         latency = await produce_to_consume_latency(
             conn, "bench-latency", LATENCY_RATE_PER_S, LATENCY_SECONDS * duration_scale
         )
-    return ClusterFigures([small, large], latency)
+    events_off = BaselineResult(f"{off.name}, event emission off", off.records, off.seconds, off.record_bytes)
+    return ClusterFigures([small, large], latency, events_off)
 
 
 def _size_label(size: int) -> str:
