@@ -24,6 +24,7 @@ from nats.js import JetStreamContext
 
 from hightide.lake import (
     Archiver,
+    LakeError,
     LakeInUse,
     LakeWriter,
     archiver_lag,
@@ -335,6 +336,28 @@ def test_export_once_archives_everything_so_far_and_a_second_run_writes_nothing(
         assert_each_event_once(lake, relay)
         # the export read through an ephemeral consumer of its own, and left none behind
         assert await nc.jetstream().consumers_info(f"HT_{CLUSTER}_EVENTS") == []
+        await nc.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_stream_created_anew_is_refused_by_a_lake_of_the_old_one(nats_server: NatsServer, tmp_path: Path) -> None:
+    # Its sequences start again at 1: the lake would take its messages for ones it holds and skip them.
+    lake = tmp_path / "lake"
+
+    async def scenario() -> None:
+        nc = await open_nats(nats_server)
+        relay = Relay(nc.jetstream())
+        await ensure_events_stream(relay.js, CLUSTER)
+        await relay.publish(3)
+        assert (await export_once(nc, CLUSTER, lake, log=LOG)).messages == 3
+        await relay.js.delete_stream(f"HT_{CLUSTER}_EVENTS")
+        await ensure_events_stream(relay.js, CLUSTER)
+        await Relay(relay.js).publish(3)
+        with pytest.raises(LakeError, match="give this stream a lake of its own"):
+            await export_once(nc, CLUSTER, lake, log=LOG)
+        with pytest.raises(LakeError, match="give this stream a lake of its own"):
+            await Archiver(nc, CLUSTER, lake, LOG).run()
         await nc.close()
 
     asyncio.run(scenario())

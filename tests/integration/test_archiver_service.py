@@ -9,6 +9,7 @@ first and expects exit 0 with the lake's lock free again.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
@@ -81,6 +82,14 @@ def test_the_archiver_service_archives_until_sigterm_and_refuses_a_second_one_on
         assert first.wait(timeout=DEADLINE_S) == 0
         with LakeLock(lake):  # free again
             pass
+        # a lake bound to another stream (this one deleted and created anew): one log line, exit 1
+        (lake / "_stream.json").write_text('{"stream": "HT_svc_EVENTS", "created": "2020-01-01T00:00:00+00:00"}')
+        third = archiver(server.url, lake, tmp_path / "third.log")
+        assert third.wait(timeout=DEADLINE_S) == 1
+        stderr = (tmp_path / "third.log").read_text()
+        assert "Traceback" not in stderr
+        (failed,) = [json.loads(line) for line in stderr.splitlines() if '"archiver_failed"' in line]
+        assert failed["error"].startswith(f"the lake {lake} archives stream HT_svc_EVENTS created 2020-01-01")
     finally:
         if first.poll() is None:
             first.kill()

@@ -163,3 +163,13 @@ def test_sequence_ranges_behave_as_a_set_of_sequences(adds: list[tuple[int, int]
     assert ranges.first_missing(probe) == min(s for s in range(probe, 200) if s not in model)
     assert ranges.covers(probe, probe + 3) == all(s in model for s in range(probe, probe + 4))
     assert ranges.count_within(probe, probe + 9) == len(model & set(range(probe, probe + 10)))
+
+
+def test_a_lake_is_bound_to_the_first_stream_it_archives_and_refuses_another(tmp_path: Path) -> None:
+    # Stream sequences start again at 1 in a stream created anew: that stream's messages would look archived.
+    lake = tmp_path / "lake"
+    with LakeWriter(lake, LOG) as writer:
+        writer.bind_stream("HT_a_EVENTS", "2026-03-01T00:00:00+00:00")
+        writer.bind_stream("HT_a_EVENTS", "2026-03-01T00:00:00+00:00")
+    with LakeWriter(lake, LOG) as writer, pytest.raises(LakeError, match="give this stream a lake of its own"):
+        writer.bind_stream("HT_a_EVENTS", "2026-03-02T00:00:00+00:00")

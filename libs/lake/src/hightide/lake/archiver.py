@@ -104,7 +104,7 @@ class Archiver:
         self._log.info("archiver_started", lake=str(self._lake), archived=writer.archived.ranges[-3:])
         try:
             while not self.stopping.is_set() and not self._nc.is_closed:
-                batch = await self._next_batch()
+                batch = await self._next_batch(writer)
                 if batch:
                     await self._archive(writer, batch)
         finally:
@@ -114,14 +114,15 @@ class Archiver:
 
     # -- fetching --------------------------------------------------------------------------------------------------
 
-    async def _next_batch(self) -> list[Msg]:
-        """The next batch, or [] after an idle wait, a pause for a disconnected client, or a failed fetch."""
+    async def _next_batch(self, writer: LakeWriter) -> list[Msg]:
+        """The next batch, or [] after an idle wait, a pause for a disconnected client, or a failed fetch. A lake
+        bound to another stream raises LakeError."""
         if not self._nc.is_connected:
             await self._pause()  # no pull requests piling up in the reconnect buffer
             return []
         try:
             if self._subscription is None:
-                self._subscription = await self._subscribe()
+                self._subscription = await self._subscribe(writer)
             batch = await self._collect(self._subscription)
         except nats.errors.Error as error:
             self.metrics.fetch_errors.inc()
@@ -132,8 +133,10 @@ class Archiver:
         self._backoff.reset()
         return batch
 
-    async def _subscribe(self) -> JetStreamContext.PullSubscription:
+    async def _subscribe(self, writer: LakeWriter) -> JetStreamContext.PullSubscription:
         await ensure_events_stream(self._js, self._cluster_id)
+        info = await self._js.stream_info(events_stream(self._cluster_id))
+        await asyncio.to_thread(writer.bind_stream, *stream_identity(info))
         config = api.ConsumerConfig(
             durable_name=ARCHIVER_CONSUMER,
             deliver_policy=api.DeliverPolicy.ALL,
@@ -207,6 +210,11 @@ class Archiver:
         """Wait the next backoff delay, or less if asked to stop."""
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.stopping.wait(), self._backoff.next_s())
+
+
+def stream_identity(info: api.StreamInfo) -> tuple[str, str]:
+    """(name, creation time): what tells this stream from an earlier one of the same name."""
+    return info.config.name or "", info.created.isoformat() if info.created else ""
 
 
 async def archiver_lag(nc: Client, cluster_id: str) -> int | None:

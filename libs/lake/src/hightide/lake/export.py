@@ -24,6 +24,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 
+from hightide.lake.archiver import stream_identity
 from hightide.lake.layout import LakeError
 from hightide.lake.writer import LakeWriter, WriteResult
 from hightide.protocol.subjects import events_stream, events_subjects
@@ -62,18 +63,20 @@ async def export_once(nc: Client, cluster_id: str, lake: Path, *, log: Logger) -
     """Archive the EVENTS stream up to its last sequence at the start; the counts of what happened."""
     js = nc.jetstream()
     try:
-        state = (await js.stream_info(events_stream(cluster_id))).state
+        info = await js.stream_info(events_stream(cluster_id))
     except NotFoundError:
         return ExportSummary(0, 0, 0, 0)
     except nats.errors.Error as error:
         raise ExportFailed(f"the event store did not answer: {type(error).__name__} {error}".strip()) from None
+    state = info.state
     if state.messages == 0:
         return ExportSummary(0, 0, 0, 0)
     writer = LakeWriter(lake, log)
     await asyncio.to_thread(writer.open)
     try:
+        await asyncio.to_thread(writer.bind_stream, *stream_identity(info))
         start = writer.archived.first_missing(state.first_seq)
-        summary = ExportSummary(0, 0, 0, skipped=start - state.first_seq)
+        summary = ExportSummary(0, 0, 0, skipped=min(start, state.last_seq + 1) - state.first_seq)
         if start <= state.last_seq:
             summary = await _export_range(js, cluster_id, writer, start, state.last_seq, summary)
     finally:

@@ -4,6 +4,7 @@ Room: libs/lake. It owns the names and reads directories; it writes nothing (the
 
 ```
 DIR/.lock                                        flock held by the one writer (an archiver or an export)
+DIR/_stream.json                                 the stream (name, creation time) whose sequences the names count
 DIR/date=YYYY-MM-DD/hour=HH/events-F-L.IofN.parquet   part I of N of the batch of stream sequences F..L
 DIR/date=YYYY-MM-DD/hour=HH/.events-F-L.IofN.parquet.tmp   a part being written (deleted on recovery)
 DIR/quarantine/S.msgpack                         the raw bytes of stream message S, which did not decode
@@ -32,6 +33,7 @@ HOUR_MS: Final = 3_600_000
 # The last millisecond a `date=YYYY-MM-DD` can name (9999-12-31T23:59:59.999Z); a later wall clock is not archivable.
 WALL_MS_MAX: Final = 253_402_300_799_999
 LOCK_FILE: Final = ".lock"
+STREAM_FILE: Final = "_stream.json"
 QUARANTINE_DIR: Final = "quarantine"
 _DATE_DIR: Final = re.compile(r"date=(\d{4}-\d{2}-\d{2})")
 _HOUR_DIR: Final = re.compile(r"hour=(\d{2})")

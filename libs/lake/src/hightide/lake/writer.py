@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ import pyarrow.parquet as pq
 
 from hightide.lake.layout import (
     QUARANTINE_DIR,
+    STREAM_FILE,
     WALL_MS_MAX,
     LakeError,
     SequenceRanges,
@@ -115,6 +117,28 @@ class LakeWriter:
         for directory in {path.parent for path in doomed}:
             _fsync_dir(directory)
         self._archived = scan.archived
+
+    def bind_stream(self, stream: str, created: str) -> None:
+        """Tie the lake to one stream's lifetime: stream sequences start again at 1 in a stream deleted and created
+        anew, and the lake would skip its messages as ones it holds. The first binding is recorded in
+        `_stream.json`; a lake bound to another stream (or another creation of it) is a LakeError."""
+        assert self._lock.held, "open the writer first"
+        path = self.lake / STREAM_FILE
+        wanted = {"stream": stream, "created": created}
+        try:
+            bound = json.loads(path.read_text())
+        except FileNotFoundError:
+            _write_synced(path.with_name(temp_name(path.name)), lambda f: f.write(json.dumps(wanted).encode()))
+            os.replace(path.with_name(temp_name(path.name)), path)
+            _fsync_dir(self.lake)
+            return
+        except (OSError, ValueError) as error:
+            raise LakeError(f"{path} is unreadable: {error}") from None
+        if bound != wanted:
+            raise LakeError(
+                f"the lake {self.lake} archives stream {bound.get('stream')} created {bound.get('created')}, "
+                f"not {stream} created {created}: give this stream a lake of its own"
+            )
 
     # -- writing ---------------------------------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """`hightide archiver --lake DIR`: archive the cluster's EVENTS stream into a Parquet lake until SIGTERM.
 
 Room: services/archiver (wiring: argv -> `hightide.lake.Archiver`). One archiver per lake: it holds the lake's
-lock for its whole life. The lake is opened once before connecting, so a lake in use or unusable is a one-line
-error (exit 1), not a traceback.
+lock for its whole life. The lake is checked once before connecting, so a lake in use or unusable is a one-line
+error (exit 1), not a traceback; a LakeError later (a lake bound to another stream) is one `archiver_failed` log
+line and exit 1.
 """
 
 from __future__ import annotations
@@ -20,6 +21,27 @@ from hightide.runtime.service import common_parser, parse_common, run_service
 SERVICE_ID = 1  # one archiver per lake; the id only names the process in logs and NATS
 
 
+class OneLineErrors:
+    """The archiver, with a LakeError (the lake taken meanwhile, or bound to another stream) ending the process
+    with one log line (`archiver_failed`, in the service's log format) and exit 1 instead of a traceback."""
+
+    def __init__(self, archiver: Archiver, log: Logger) -> None:
+        self.archiver = archiver
+        self.stopping = archiver.stopping
+        self._log = log
+
+    @property
+    def ready(self) -> bool:
+        return self.archiver.ready
+
+    async def run(self) -> None:
+        try:
+            await self.archiver.run()
+        except LakeError as error:
+            self._log.error("archiver_failed", error=str(error))
+            raise SystemExit(1) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = common_parser("hightide archiver", "Archive the event store (EVENTS stream) into a Parquet lake.")
     parser.add_argument("--lake", type=Path, required=True, help="the lake's directory (created if missing)")
@@ -34,8 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     metrics = ArchiverMetrics()
 
-    def build(nc: Client, log: Logger) -> Archiver:
-        return Archiver(nc, common.cluster_id, lake, log, metrics=metrics)
+    def build(nc: Client, log: Logger) -> OneLineErrors:
+        return OneLineErrors(Archiver(nc, common.cluster_id, lake, log, metrics=metrics), log)
 
     return run_service(common, name="archiver", service_id=SERVICE_ID, build=build, registry=metrics.registry)
 
