@@ -16,6 +16,9 @@ How (see `layout` for the names):
    can arrive between newer messages).
 3. Each run's events go to one part per hour partition of their own `wall_ms`; every part is written to a
    hidden temporary name and fsynced, then all are renamed into place, each directory fsynced after its rename.
+
+Stream sequences identify messages only within one stream's lifetime, so a reader of NATS binds the lake to the
+stream it reads (`bind_stream`) before writing; a stream deleted and created anew needs a lake of its own.
 """
 
 from __future__ import annotations
