@@ -2,8 +2,9 @@
 
 Method: a real local cluster (`LocalCluster`, as `hightide cluster up` runs it: nats-server, a controller, a broker,
 the archiver, each a process). After `down`, the lake at `<data-dir>/lake` is read back: every emitter's events are
-there with sequences 0, 1, 2, ... and no gap or repeat, including those emitted while the services stopped
-(the controller's record of the broker's controlled shutdown), which only the archiver's catch-up before its own stop can have archived.
+there with sequences 0, 1, 2, ... and no gap or repeat, including those emitted while the services stopped (the
+controller's record of the broker's controlled shutdown), which only the archiver's catch-up before its own stop
+can have archived.
 """
 
 from __future__ import annotations
