@@ -17,6 +17,11 @@ The leader's rules (Kafka's names in brackets):
 
 The follower's rules: fetch from the LEO with the latest epoch in the cache as `last_fetched_epoch`; on a
 diverging-epoch answer truncate where the leader's epochs say (never by its own HW); HW = min(leader HW, LEO).
+
+What only the shell sees, the core still announces, so a history rebuilt from events alone matches the disks:
+`log_opened` when the shell builds a core from a log (created, or loaded at start), `log_deleted` when it deletes
+one, and `advance_log_start_offset` after retention moved the log's start.
+
 `legacy_truncate_to_high_watermark` restores the pre-KIP-101 rule (truncate to the own HW on becoming a
 follower, and no epochs in fetches) so the seeds' data-loss scenario can be reproduced and caught.
 """
@@ -621,7 +626,12 @@ class Partition:
             # Kafka's UnifiedLog.truncateTo still trims the epoch cache at the LEO: a replica that led an epoch
             # without writing in it holds (epoch, LEO), and would otherwise claim that epoch in every fetch
             # and be told it diverges forever.
-            return [self._epoch_checkpoint()] if self.epoch_cache.truncate_from_end(self.log_end_offset) else []
+            if not self.epoch_cache.truncate_from_end(self.log_end_offset):
+                return []
+            event = events.LeaderEpochsTruncated(
+                topic=self.topic, partition=self.partition, replica=self.local_id, end_offset=self.log_end_offset
+            )
+            return [self._epoch_checkpoint(), Emit(event)]
         # No "never below the HW" assertion here: after a lossy crash of the replicas that held a committed
         # tail (KIP-101's second scenario) the new leader no longer has it, and a follower must follow that log
         # all the same, as Kafka's does. The event carries the HW before the cut, so the simulator's invariants
@@ -646,6 +656,54 @@ class Partition:
             self._epoch_checkpoint(),
             Emit(self._truncated_event(before, offset, "start_over", high_watermark_before)),
         ]
+
+    # -- the log's life and its start (shell-driven) ------------------------------------------------------
+
+    def log_opened(self, reason: str) -> list[Effect]:
+        """The shell built this replica from its log (`reason` created, clean_shutdown or recovered): announce
+        the state it starts from, so a history can be rebuilt across restarts without reading any disk."""
+        assert reason in ("created", "clean_shutdown", "recovered"), reason
+        event = events.LogOpened(
+            topic=self.topic,
+            partition=self.partition,
+            replica=self.local_id,
+            log_start_offset=self.log_start_offset,
+            log_end_offset=self.log_end_offset,
+            high_watermark=self.high_watermark,
+            leader_epochs=tuple((e.epoch, e.start_offset) for e in self.epoch_cache.entries),
+            reason=reason,
+        )
+        return [Emit(event)]
+
+    def log_deleted(self, reason: str) -> list[Effect]:
+        """The shell deleted this replica's log (the partition left the metadata); the core is dropped after."""
+        event = events.LogDeleted(
+            topic=self.topic,
+            partition=self.partition,
+            replica=self.local_id,
+            log_end_offset=self.log_end_offset,
+            reason=reason,
+        )
+        return [Emit(event)]
+
+    def advance_log_start_offset(self, log_start_offset: int, reason: str) -> list[Effect]:
+        """The log's start moved up (retention deleted segments below the HW, or delete-records): follow it, and
+        cut the epoch cache there as Kafka's UnifiedLog.maybeIncrementLogStartOffset does (truncateFromStart)."""
+        if log_start_offset <= self.log_start_offset:
+            return []
+        assert log_start_offset <= self.high_watermark, (log_start_offset, self)  # only committed records go
+        self.log_start_offset = log_start_offset
+        effects: list[Effect] = []
+        if self.epoch_cache.truncate_from_start(log_start_offset):
+            effects.append(self._epoch_checkpoint())
+        event = events.LogStartOffsetAdvanced(
+            topic=self.topic,
+            partition=self.partition,
+            replica=self.local_id,
+            log_start_offset=log_start_offset,
+            reason=reason,
+        )
+        return [*effects, Emit(event)]
 
     # -- shared helpers ----------------------------------------------------------------------------------
 

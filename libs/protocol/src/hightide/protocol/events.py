@@ -35,6 +35,7 @@ class IntRange:
 Int32 = Annotated[int, IntRange(INT32_MIN, INT32_MAX)]
 Int64 = Annotated[int, IntRange(INT64_MIN, INT64_MAX)]
 BrokerIds = tuple[Int32, ...]
+EpochEntries = tuple[tuple[Int32, Int64], ...]  # a leader epoch cache: (epoch, start offset), oldest first
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,7 +152,9 @@ class LogTruncated(Event):
     """A replica removed the suffix of its log from `truncated_to` (its LEO before was `log_end_offset_before`).
     `reason`: divergence (leader epochs), high_watermark (the legacy pre-KIP-101 rule), offset_out_of_range,
     or start_over (truncated fully and restarted at `truncated_to`). If `truncated_to` is below
-    `high_watermark_before`, records this replica held as committed were removed."""
+    `high_watermark_before`, records this replica held as committed were removed. The log start offset becomes
+    min(itself, `truncated_to`) and the leader epoch entries starting at or after `truncated_to` go (start_over:
+    the log starts at `truncated_to` with no entries)."""
 
     topic: str
     partition: Int32
@@ -192,12 +195,86 @@ class LeaderEpochStarted(Event):
 @catalogued
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogStartOffsetAdvanced(Event):
-    """A replica's log start offset (low watermark) moved up: retention, delete-records, or its leader's."""
+    """A replica's log start offset (low watermark) moved up to `log_start_offset`: `reason` retention (segments
+    were deleted), delete_records, or leader (its leader's moved). Its leader epoch entries are cut there (Kafka's
+    truncateFromStart)."""
 
     topic: str
     partition: Int32
     replica: Int32
     log_start_offset: Int64
+    reason: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderEpochsTruncated(Event):
+    """A replica dropped every leader epoch entry starting at or after `end_offset` while its log stayed as it was
+    (Kafka's truncateTo at or past the LEO): an epoch it led at `end_offset` without writing in it. A truncation
+    that removes records says the same in its LogTruncated."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    end_offset: Int64
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogOpened(Event):
+    """A broker opened a replica's log and now holds exactly this state: `reason` created (a new, empty log),
+    clean_shutdown (loaded as a clean shutdown left it) or recovered (after an unclean one: recovery may have cut
+    a torn tail, the HW is the checkpointed one clamped into [log start, LEO], and the epoch entries are the
+    checkpointed ones cut at the LEO and the log start). What earlier events said of this replica is replaced."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    log_start_offset: Int64
+    log_end_offset: Int64
+    high_watermark: Int64
+    leader_epochs: EpochEntries
+    reason: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogDeleted(Event):
+    """A broker deleted its replica of a partition, log and all: `reason` topic_deleted (the partition is gone
+    from the metadata)."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    log_end_offset: Int64
+    reason: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SegmentRolled(Event):
+    """A replica's log started a new active segment at `base_offset`: `reason` append (the active one was full
+    or old), retention (every segment was deleted) or truncation (the log was emptied and restarted there)."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    base_offset: Int64
+    reason: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SegmentDeleted(Event):
+    """A replica deleted a segment holding offsets [`base_offset`, `next_offset`): `reason` retention_ms,
+    retention_bytes, log_start_offset (wholly below the log start offset) or truncation."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    base_offset: Int64
+    next_offset: Int64
+    size_bytes: Int64
     reason: str
 
 
@@ -452,3 +529,46 @@ class AlterPartitionAnswered(Event):
     partition_epoch: Int32
     proposed_isr: BrokerIds
     error: str
+
+
+# -- the clients' own view: what they asked for and what they were told (Jepsen's invoke / ok / fail / info) --------
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendInvoked(Event):
+    """A client handed a record to its producer for `partition`. `value` names the record (a verifiable
+    producer's values are unique), so the audit can follow it to its outcome and into the log."""
+
+    topic: str
+    partition: Int32
+    key: str | None
+    value: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendCompleted(Event):
+    """The producer told the client a send's outcome: `ok` (acknowledged at `offset`; the record must be in the
+    log there), `failed` (a definite error: it was never appended) or `unknown` (a timeout or a lost connection
+    on some attempt: it may or may not be in the log). `error` is the last failure's Kafka error name (NONE when
+    ok); `offset` is -1 unless ok."""
+
+    topic: str
+    partition: Int32
+    value: str
+    outcome: str
+    offset: Int64
+    error: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordsConsumed(Event):
+    """A consumer's poll handed the client these records of one partition, in order: each offset with its value.
+    Across a consumer's events a partition's offsets only go up, with no record twice and none skipped."""
+
+    topic: str
+    partition: Int32
+    offsets: tuple[Int64, ...]
+    values: tuple[str, ...]

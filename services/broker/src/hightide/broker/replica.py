@@ -8,11 +8,18 @@ back to the broker, which owns NATS.
 
 At start the core is rebuilt from what the disk holds, as Kafka's LogManager and Partition do after recovery:
 the log's offsets, the HW checkpoint clamped into [log start, LEO], and the epoch checkpoint cut at the LEO.
+
+What the storage engine does on its own is reported here, next to the core's events and in the same order:
+a segment rolled by an append (SegmentRolled), segments removed by a truncation (SegmentDeleted, and the
+SegmentRolled of the fresh one when the log was emptied), and retention (`run_retention`: SegmentDeleted for
+each segment, then the core's LogStartOffsetAdvanced).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Final
 
 from hightide.core.effects import (
     AppendAsFollower,
@@ -30,6 +37,7 @@ from hightide.core.effects import (
 from hightide.core.epoch_cache import EpochEntry, LeaderEpochCache
 from hightide.core.partition import Partition, PartitionConfig
 from hightide.core.producer_state import ProducerStateTable
+from hightide.protocol import events
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.events import Event
 from hightide.protocol.messages import BatchSummary, FetchResponsePartition
@@ -37,7 +45,15 @@ from hightide.protocol.records import BatchHeader, iter_batch_headers
 from hightide.storage import checkpoint
 from hightide.storage.checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
 from hightide.storage.errors import StorageError
-from hightide.storage.log import PartitionLog
+from hightide.storage.log import DeletedSegment, PartitionLog
+from hightide.storage.segment import LogSegment
+
+# The storage engine's reasons for deleting a segment, as the catalogue spells them.
+_DELETION_REASONS: Final = {
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "log start offset": "log_start_offset",
+}
 
 
 @dataclass
@@ -96,13 +112,21 @@ class DiskReplica:
                     info = self.log.append_as_leader(records, epoch, now_ms, validated=validated)
                     assert info.first_offset == base, (info, base)
                     out.appended = True
+                    if info.rolled_to is not None:
+                        out.events.append(self._rolled(info.rolled_to, "append"))
                 case AppendAsFollower(records=records):
-                    self.log.append_as_follower(records, now_ms)
+                    info = self.log.append_as_follower(records, now_ms)
                     out.appended = True
+                    if info.rolled_to is not None:
+                        out.events.append(self._rolled(info.rolled_to, "append"))
                 case Truncate(offset=offset):
+                    before = self.log.segments
                     self.log.truncate_to(offset, now_ms)
+                    out.events += self._segment_changes(before, "truncation")
                 case TruncateFullyAndStartAt(offset=offset):
+                    before = self.log.segments
                     self.log.truncate_fully_and_start_at(offset, now_ms)
+                    out.events += self._segment_changes(before, "truncation")
                 case UpdateHighWatermark(high_watermark=high_watermark):
                     self.log.update_high_watermark(high_watermark)
                     out.high_watermark_moved = True
@@ -118,6 +142,49 @@ class DiskReplica:
                     out.events.append(event)
         assert self.log.log_end_offset == self.core.log_end_offset, (self.log.log_end_offset, self.core)
         return out
+
+    def run_retention(self, now_ms: int) -> Outputs:
+        """Kafka's retention for this log (retention.ms, retention.bytes, below the log start offset; never at or
+        above the HW), then the core follows the new log start offset and cuts its epoch cache there."""
+        self.log.update_high_watermark(self.core.high_watermark)
+        active = self.log.active_segment
+        deleted = self.log.delete_old_segments(now_ms)
+        if not deleted:
+            return Outputs()
+        reported: list[Event] = [self._segment_deleted(d) for d in deleted]
+        if self.log.active_segment is not active:
+            reported.append(self._rolled(self.log.active_segment.base_offset, "retention"))
+        out = self.apply(self.core.advance_log_start_offset(self.log.log_start_offset, "retention"), now_ms)
+        out.events[:0] = reported
+        return out
+
+    def _segment_changes(self, before: Sequence[LogSegment], reason: str) -> list[Event]:
+        """Segments a log operation removed or started, found by identity (a new segment may reuse a base)."""
+        after = self.log.segments
+        gone = [s for s in before if not any(s is t for t in after)]
+        new = [t for t in after if not any(t is s for s in before)]
+        reported: list[Event] = [
+            self._segment_deleted(DeletedSegment(s.base_offset, s.next_offset, s.size, reason)) for s in gone
+        ]
+        return reported + [self._rolled(t.base_offset, reason) for t in new]
+
+    def _rolled(self, base_offset: int, reason: str) -> events.SegmentRolled:
+        core = self.core
+        return events.SegmentRolled(
+            topic=core.topic, partition=core.partition, replica=core.local_id, base_offset=base_offset, reason=reason
+        )
+
+    def _segment_deleted(self, deleted: DeletedSegment) -> events.SegmentDeleted:
+        core = self.core
+        return events.SegmentDeleted(
+            topic=core.topic,
+            partition=core.partition,
+            replica=core.local_id,
+            base_offset=deleted.base_offset,
+            next_offset=deleted.next_offset,
+            size_bytes=deleted.size_bytes,
+            reason=_DELETION_REASONS.get(deleted.reason, deleted.reason),
+        )
 
     def _write_epochs(self, entries: tuple[tuple[int, int], ...]) -> None:
         self._epoch_file.write([checkpoint.EpochEntry(epoch, offset) for epoch, offset in entries])

@@ -191,12 +191,16 @@ class BrokerService:
         if self.logs.previous_clean_shutdown is not None:
             self.previous_broker_epoch = self.logs.previous_clean_shutdown.broker_epoch
         high_watermarks = self.logs.read_high_watermarks()
+        reason = "recovered" if self.logs.previous_clean_shutdown is None else "clean_shutdown"
         for tp, partition_log in self.logs.logs.items():
             replica = DiskReplica.open(
                 partition_log, self.id, self.settings.partition_config, high_watermarks.get(tp, 0)
             )
             replica.core.broker_epochs = self.broker_epochs
             self.replicas[tp] = replica
+            # What recovery left (a torn tail cut, the HW from its checkpoint, the epochs cut at the LEO) is
+            # announced before anything else happens to the replica: a history rebuilt from events needs no disk.
+            self._apply(replica, replica.core.log_opened(reason), now)
         self.log.info("logs_recovered", partitions=len(self.replicas), previous_broker_epoch=self.previous_broker_epoch)
 
     def _close_logs(self) -> None:
@@ -450,14 +454,16 @@ class BrokerService:
         replica.core.broker_epochs = self.broker_epochs
         replica.core.local_broker_epoch = self.broker_epoch
         self.replicas[tp] = replica
+        self._apply(replica, replica.core.log_opened("created"), now)
         return replica
 
     def _delete_replica(self, tp: TopicPartition) -> None:
         assert self.logs is not None
-        self.replicas.pop(tp)
+        replica = self.replicas.pop(tp)
         self.views.pop(tp, None)
         with contextlib.suppress(StorageError):
             self.logs.delete_log(tp)
+        self._apply(replica, replica.core.log_deleted("topic_deleted"), _now_ms())
         self.log.info("partition_deleted", topic=tp.topic, partition=tp.partition)
 
     # -- effects -------------------------------------------------------------------------------------------------
@@ -915,10 +921,17 @@ class BrokerService:
             self._update_gauges()
         if clock >= self._next_retention:
             self._next_retention = clock + self.settings.log_retention_check_interval_ms / 1000
-            for replica in self.replicas.values():
-                replica.log.update_high_watermark(replica.core.high_watermark)
-            self.logs.run_retention(now)
-            self.logs.checkpoint_log_start_offsets()
+            self._run_retention(now)
+
+    def _run_retention(self, now: int) -> None:
+        """Retention for every hosted log (Kafka's LogManager.cleanupLogs): deleted segments and the log start
+        offsets they move are announced, and the cores follow, so fetches below the new start are refused."""
+        assert self.logs is not None
+        for replica in list(self.replicas.values()):
+            out = replica.run_retention(now)
+            for event in out.events:
+                self.events.emit(event)
+        self.logs.checkpoint_log_start_offsets()
 
     def _update_gauges(self) -> None:
         if self.metrics is None:
