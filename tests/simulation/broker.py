@@ -4,7 +4,10 @@ It follows each partition's committed state (from the metadata log) by becoming 
 fetch session per leader with every partition it follows from that leader in one request (as Kafka's replica
 fetcher does), serves produce and fetch, and routes what the cores send (AlterPartition to the controller,
 produce answers to clients). A crash may cut each log back anywhere between its last flush and its end; a
-restart rebuilds every core from what the disk holds, as a broker's log recovery would.
+restart rebuilds every core from what the disk holds, as a broker's log recovery would, and is a new
+incarnation of the broker process. Like the real broker's shell, it announces each replica it opens (created, or
+recovered at a restart: LogOpened) and deletes (LogDeleted), and collects every event with the incarnation that
+emitted it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from hightide.core.effects import CompleteProduce
 from hightide.core.epoch_cache import EpochEntry, LeaderEpochCache
 from hightide.core.partition import Partition, PartitionConfig
 from hightide.protocol.errors import ErrorCode
+from hightide.protocol.events import Event
 from hightide.protocol.messages import AlterPartitionResponse, FetchPartition, FetchRequest, FetchResponsePartition
 from hightide.protocol.records import encode_batch, iter_batch_headers
 from support.memory_replica import MemoryReplica
@@ -78,6 +82,9 @@ class SimBroker:
     producers: dict[int, int] = field(default_factory=dict)  # request id -> client node
     outbox: list[tuple[int, object]] = field(default_factory=list)
     completions: list[tuple[TopicPartition, CompleteProduce]] = field(default_factory=list)
+    retention_probability: float = 0.0  # per tick and replica: delete a committed prefix of the log
+    incarnation: int = 0  # the process: a restart is a new one
+    events: list[tuple[int, Event]] = field(default_factory=list)  # (incarnation, event) in emission order
 
     # -- metadata ------------------------------------------------------------------------------------------
 
@@ -91,6 +98,7 @@ class SimBroker:
             replica = MemoryReplica(self.broker_id, self.partition_class(tp[0], tp[1], self.broker_id, self.config))
             self.replicas[tp] = replica
             self.flushed_end[tp] = 0
+            self._apply(tp, replica, replica.partition.log_opened("created"))
         replica.partition.broker_epochs = self.broker_epochs
         replica.partition.local_broker_epoch = self.broker_epoch
         core = replica.partition
@@ -99,6 +107,13 @@ class SimBroker:
         else:
             effects = core.make_follower(view.leader, view.leader_epoch, view.partition_epoch, view.replicas, view.isr)
         self._apply(tp, replica, effects)
+
+    def delete_replica(self, tp: TopicPartition) -> None:
+        """The partition left the metadata (its topic was deleted): drop its log and core."""
+        replica = self.replicas.pop(tp)
+        self.views.pop(tp, None)
+        self.flushed_end.pop(tp, None)
+        self._apply(tp, replica, replica.partition.log_deleted("topic_deleted"))
 
     def set_broker_epochs(self, epochs: dict[int, int]) -> None:
         """The unfenced brokers and their epochs, as metadata says (ISR eligibility)."""
@@ -164,7 +179,23 @@ class SimBroker:
     def tick(self, now_ms: int) -> None:
         for tp, replica in self.replicas.items():
             self._apply(tp, replica, replica.partition.tick(now_ms))
+            if self.retention_probability > 0 and self.rng.random() < self.retention_probability:
+                self._delete_prefix(tp, replica)
         self._send_fetches(now_ms)
+
+    def _delete_prefix(self, tp: TopicPartition, replica: MemoryReplica) -> None:
+        """Retention as the storage engine does it: whole batches wholly below the HW go, the log start offset
+        moves to the first one kept, and the core follows (cutting its epoch cache there)."""
+        core = replica.partition
+        boundaries = [b for b in _batch_ends(replica) if core.log_start_offset < b <= core.high_watermark]
+        if not boundaries:
+            return
+        start = self.rng.choice(boundaries)
+        log = replica.log
+        log.batches = [b for b in log.batches if next(iter_batch_headers(b))[1].last_offset >= start]
+        log.entries = [entry for entry in log.entries if entry[0] >= start]
+        log.start_offset = start
+        self._apply(tp, replica, core.advance_log_start_offset(start, "retention"))
 
     def _send_fetches(self, now_ms: int) -> None:
         """One fetch per leader, holding every partition followed from it, unless one is still in flight."""
@@ -203,11 +234,14 @@ class SimBroker:
         return lost
 
     def restart(self) -> None:
-        """Rebuild every core from the disk: log, HW checkpoint and epoch checkpoint (truncated to the log)."""
+        """Rebuild every core from the disk: log, HW checkpoint and epoch checkpoint (truncated to the log), as a
+        new incarnation that announces each replica it recovered."""
+        self.incarnation += 1
         for tp, old in list(self.replicas.items()):
             end = _batch_ends(old)[-1]
             cache = LeaderEpochCache(EpochEntry(e, o) for e, o in old.epoch_checkpoint)
             cache.truncate_from_end(end)
+            cache.truncate_from_start(old.log.start_offset)
             core = self.partition_class(
                 tp[0],
                 tp[1],
@@ -219,14 +253,16 @@ class SimBroker:
                 epoch_cache=cache,
             )
             checkpoint = tuple((e.epoch, e.start_offset) for e in cache.entries)
-            self.replicas[tp] = MemoryReplica(
+            replica = MemoryReplica(
                 self.broker_id,
                 core,
                 old.log,
                 epoch_checkpoint=checkpoint,
                 checkpointed_high_watermark=core.high_watermark,
             )
+            self.replicas[tp] = replica
             self.flushed_end[tp] = min(self.flushed_end[tp], end)
+            self._apply(tp, replica, core.log_opened("recovered"))
         self.views.clear()
         self.alive = True
         self.registered = False
@@ -235,6 +271,8 @@ class SimBroker:
 
     def _apply(self, tp: TopicPartition, replica: MemoryReplica, effects: list[object]) -> list[FetchResponsePartition]:
         answers = replica.apply(effects)  # type: ignore[arg-type]
+        self.events += [(self.incarnation, event) for event in replica.events]
+        replica.events.clear()
         for send in replica.sent:
             self.outbox.append((send.destination, send.message))
         replica.sent.clear()

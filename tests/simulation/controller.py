@@ -3,7 +3,9 @@
 The metadata log stands for the JetStream stream of metadata records: appending is the commit point, brokers
 read it to follow partition state, and a standby controller that takes over after the active one dies builds
 its image by replaying it, with a higher controller epoch (as a new holder of the NATS KV lease would).
-Brokers' sessions with the new controller start at the takeover, as KRaft's do.
+Brokers' sessions with the new controller start at the takeover, as KRaft's do. Two controller processes (ids 1
+and 2) take turns: each takeover is announced with ControllerElected, as the real controller's shell does, and
+every event is kept with the id of the controller that emitted it (`emissions`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from hightide.core.controller import ControllerConfig, ControllerResult, ReplicationControl
 from hightide.core.metadata_image import MetadataImage
-from hightide.protocol.events import Event, LeaderElected
+from hightide.protocol.events import ControllerElected, Event, LeaderElected
 from hightide.protocol.messages import AlterPartitionRequest, AlterPartitionResponse
 from hightide.protocol.metadata import MetadataRecord
 from simulation.broker import PartitionView
@@ -43,8 +45,11 @@ class SimController:
             self.controller_config = dataclasses.replace(self.controller_config, **overrides)  # type: ignore[arg-type]
         self.log: list[MetadataRecord] = []
         self.events: list[Event] = []
+        self.emissions: list[tuple[int, Event]] = []  # (emitting controller, event), drained by the simulator
         self.control = ReplicationControl(self.controller_config)
         self.controller_epoch = 1
+        self.active_controller = 1
+        self.topics_created = 0
         self.incarnations = dict.fromkeys(brokers, 0)
         self.last_heartbeat_ms: dict[int, int] = {}
         self._unclean: set[tuple[str, int]] = set()
@@ -58,30 +63,44 @@ class SimController:
             self.control.apply(result.records)
             self._views = None
         for event in result.events:
-            self.events.append(event)
+            self._emit(event)
             if isinstance(event, LeaderElected) and event.election == "unclean":
                 self._unclean.add((event.topic, event.partition))
             if isinstance(event, LeaderElected) and event.election == "last_known_leader":
                 self._recovered.add((event.topic, event.partition))
         return result.response
 
+    def _emit(self, event: Event) -> None:
+        self.events.append(event)
+        self.emissions.append((self.active_controller, event))
+
     # -- lifecycle -----------------------------------------------------------------------------------------
 
     def start(self, now_ms: int) -> None:
-        """Register and unfence every broker, then create the topic."""
+        """Take the lease, register and unfence every broker, then create the topic."""
+        self._emit(ControllerElected(controller=self.active_controller, controller_epoch=self.controller_epoch))
         for broker in self.brokers:
             self.restarted(broker)
             assert self.register(broker, now_ms)
             self._heartbeat(broker, now_ms)
+        self.create_topic()
+
+    def create_topic(self) -> None:
+        """Create the simulation's topic (again, after a deletion: a new topic id, partition epochs from 0)."""
         config = self.sim_config
         reply = self._commit(
             self.control.create_topic(
                 config.topic,
-                topic_id="sim-topic-0000000000000000",
+                topic_id=f"sim-topic-{self.topics_created:016d}",
                 partitions=config.partitions,
                 replication_factor=config.replication_factor,
             )
         )
+        assert reply.error.name == "NONE", reply
+        self.topics_created += 1
+
+    def delete_topic(self) -> None:
+        reply = self._commit(self.control.delete_topic(self.sim_config.topic))
         assert reply.error.name == "NONE", reply
 
     def restarted(self, broker: int) -> None:
@@ -100,10 +119,12 @@ class SimController:
     def failover(self, now_ms: int) -> None:
         """The standby wins the lease: a new controller epoch, an image replayed from the metadata log."""
         self.controller_epoch += 1
+        self.active_controller = 3 - self.active_controller  # the standby process of the pair
         image = MetadataImage().apply_all(self.log)
         self.control = ReplicationControl(self.controller_config, image)
         self.last_heartbeat_ms.clear()
         self._views = None
+        self._emit(ControllerElected(controller=self.active_controller, controller_epoch=self.controller_epoch))
 
     # -- requests ------------------------------------------------------------------------------------------
 

@@ -8,6 +8,11 @@ network heals, crashed nodes restart, and the run must converge: one leader per 
 identical logs, every acks=all acknowledgement present.
 
 The protocol code is the real one (hightide.core): the simulator only carries out its effects.
+
+With `history` set to a list, every event is also kept in its envelope, as the shells would store it: emitter
+(broker N with one incarnation per process start, or controller 1 or 2), a gap-free sequence per incarnation,
+and the simulated clock as wall time. `replica_states()` and `partition_states()` give what the cluster holds
+now, in the shapes `hightide.audit.rebuild` rebuilds from that history.
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
+from hightide.audit.rebuild import PartitionKey, PartitionState, ReplicaKey, ReplicaState
 from hightide.core.effects import CONTROLLER
 from hightide.core.partition import Partition, PartitionConfig
+from hightide.protocol.envelope import Emitter, Envelope
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.events import Event, LogTruncated
 from hightide.protocol.messages import CONSUMER_REPLICA_ID, FetchPartition, FetchRequest
@@ -44,6 +51,7 @@ ACKS_ALL_PRODUCER = -1
 ACKS_ONE_PRODUCER = -2
 CONSUMER = -3
 HEALED_STEPS_MAX = 50_000  # the healed phase stops as soon as the cluster has converged
+CLUSTER_ID = "sim"
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,9 @@ class SimConfig:
     # KIP-966: without it, a replica that lost its tail in a crash can stay the last ISR member and be elected
     # with committed records missing (the simulator finds this; see the mutant tests). Hightide runs with it.
     eligible_leader_replicas_enable: bool = True
+    # Retention: each tick, each replica deletes a committed prefix of its log with this probability. Off in the
+    # invariant runs (their end checks compare whole logs); the rebuild tests turn it on to move log start offsets.
+    retention_probability: float = 0.0
 
 
 @dataclass
@@ -95,7 +106,13 @@ class Simulation:
         )
         partition_class = mutant.partition_class if mutant else Partition
         self.brokers = {
-            b: SimBroker(b, core_config, random.Random(self.rng.random()), partition_class=partition_class)
+            b: SimBroker(
+                b,
+                core_config,
+                random.Random(self.rng.random()),
+                partition_class=partition_class,
+                retention_probability=self.config.retention_probability,
+            )
             for b in range(1, self.config.brokers + 1)
         }
         overrides = mutant.controller_settings if mutant else {}
@@ -110,6 +127,8 @@ class Simulation:
         self.lossy_losers: dict[tuple[str, int], set[int]] = {tp: set() for tp in self.histories}
         self.request_ids = 0
         self.emitted: list[Event] | None = None  # set to a list to keep every event the cores emit
+        self.history: list[Envelope] | None = None  # set to a list to keep every event in its envelope
+        self._sequences: dict[Emitter, int] = {}
         self.timers: list[tuple[int, int, str, int]] = []
         self._timer_sequence = 0
         for node in [*self.brokers, CONTROLLER, ACKS_ALL_PRODUCER, ACKS_ONE_PRODUCER, CONSUMER]:
@@ -206,15 +225,25 @@ class Simulation:
                 if completion.error is ErrorCode.NONE and acks_all:
                     self._check_acknowledgement(broker, tp, completion.base_offset, completion.last_offset)
             broker.completions.clear()
-            for tp, replica in broker.replicas.items():
+            for incarnation, event in broker.events:
                 if self.emitted is not None:
-                    self.emitted.extend(replica.events)
-                for event in replica.events:
-                    if isinstance(event, LogTruncated):
-                        check_truncation(
-                            self.histories[tp], broker.broker_id, event.truncated_to, event.high_watermark_before
-                        )
-                replica.events.clear()
+                    self.emitted.append(event)
+                self._record(Emitter("broker", broker.broker_id, f"broker-{broker.broker_id}-{incarnation}"), event)
+                if isinstance(event, LogTruncated):
+                    history = self.histories[(event.topic, event.partition)]
+                    check_truncation(history, broker.broker_id, event.truncated_to, event.high_watermark_before)
+            broker.events.clear()
+        for controller_id, event in self.controller.emissions:
+            self._record(Emitter("controller", controller_id, f"controller-{controller_id}-0"), event)
+        self.controller.emissions.clear()
+
+    def _record(self, emitter: Emitter, event: Event) -> None:
+        if self.history is None:
+            return
+        sequence = self._sequences.get(emitter, 0)
+        self._sequences[emitter] = sequence + 1
+        mono_ns = (self.now_ms - T0) * 1_000_000
+        self.history.append(Envelope(CLUSTER_ID, emitter, sequence, self.now_ms, mono_ns, event))
 
     def _sync_metadata(self) -> None:
         """Brokers follow the committed metadata (they read the metadata log as a JetStream consumer would)."""
@@ -227,6 +256,8 @@ class Simulation:
             broker.set_broker_epochs(epochs)
             for tp, view in views.items():
                 broker.apply_view(tp, view, self.now_ms)
+            for tp in [tp for tp in broker.replicas if tp not in views]:
+                broker.delete_replica(tp)
 
     # -- clients -------------------------------------------------------------------------------------------
 
@@ -237,7 +268,8 @@ class Simulation:
         if producer.inflight or producer.next_value >= self.config.records_max:
             return
         tp = (self.config.topic, self.rng.randrange(self.config.partitions))
-        leader = self.controller.views()[tp].leader
+        view = self.controller.views().get(tp)  # none while the topic is deleted
+        leader = -1 if view is None else view.leader
         if leader < 0:
             return
         count = self.rng.randint(1, 3)
@@ -263,7 +295,8 @@ class Simulation:
         if self.now_ms < self.consumer_inflight_deadline:
             return
         tp = (self.config.topic, self.rng.randrange(self.config.partitions))
-        leader = self.controller.views()[tp].leader
+        view = self.controller.views().get(tp)  # none while the topic is deleted
+        leader = -1 if view is None else view.leader
         if leader < 0:
             return
         position = self.consumer_positions.get(tp, 0)
@@ -335,6 +368,51 @@ class Simulation:
             self.brokers[broker].restart()
             self.controller.restarted(broker)
         self._sync_metadata()
+
+    # -- the topic's life ----------------------------------------------------------------------------------
+
+    def delete_topic(self) -> None:
+        """Delete the topic: live brokers drop their replicas at once, a crashed one when it is back."""
+        self.controller.delete_topic()
+        self._forget_partitions()
+        self._sync_metadata()
+
+    def create_topic(self) -> None:
+        """Create the topic again under its name (a new topic id; partition epochs start over)."""
+        self.controller.create_topic()
+        self._forget_partitions()
+        self._sync_metadata()
+
+    def _forget_partitions(self) -> None:
+        """A new life of the topic: what was committed, acknowledged or read before belongs to the old one."""
+        self.histories = {tp: PartitionHistory(history.name) for tp, history in self.histories.items()}
+        self.lossy_losers = {tp: set() for tp in self.histories}
+        self.consumer_positions.clear()
+        for producer in self.producers:
+            producer.inflight.clear()
+
+    # -- what the cluster holds now -------------------------------------------------------------------------
+
+    def replica_states(self) -> dict[ReplicaKey, ReplicaState]:
+        """Every replica's offsets and epoch cache as its core holds them (a crashed broker's as they were
+        when it crashed: its next incarnation announces what recovery left)."""
+        states = {}
+        for broker in self.brokers.values():
+            for (topic, partition), replica in broker.replicas.items():
+                core = replica.partition
+                entries = tuple((e.epoch, e.start_offset) for e in core.epoch_cache.entries)
+                key = (topic, partition, broker.broker_id)
+                states[key] = ReplicaState(core.log_end_offset, core.high_watermark, core.log_start_offset, entries)
+        return dict(sorted(states.items()))
+
+    def partition_states(self) -> dict[PartitionKey, PartitionState]:
+        """Every partition as the controller's metadata holds it."""
+        return {
+            (topic, partition): PartitionState(
+                p.replicas, p.isr, p.elr, p.last_known_elr, p.leader, p.leader_epoch, p.partition_epoch
+            )
+            for (topic, partition), p in self.controller.control.image.all_partitions()
+        }
 
     # -- invariants ----------------------------------------------------------------------------------------
 

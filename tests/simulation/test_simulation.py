@@ -92,7 +92,7 @@ def test_every_emitted_event_fits_the_catalogue() -> None:
     expected = {"RecordsAppended", "HighWatermarkAdvanced", "LeaderEpochStarted", "FetchServed", "BecameLeader",
                 "BecameFollower", "IsrChangeProposed", "ProduceCompleted", "LogTruncated",
                 "BrokerRegistered", "BrokerFenced", "BrokerUnfenced", "PartitionChanged", "LeaderElected",
-                "TopicCreated", "AlterPartitionAnswered"}  # fmt: skip
+                "TopicCreated", "AlterPartitionAnswered", "LogOpened", "ControllerElected"}  # fmt: skip
     # IsrChangeCompleted is absent by design here: the simulator applies committed metadata at once, so a
     # leader learns its new ISR (BecameLeader, new partition epoch) before the AlterPartition answer arrives,
     # and then ignores the answer, as Kafka does when metadata wins that race.
