@@ -5,14 +5,15 @@ Kafka's LeaderEpochFileCache (storage/.../epoch/LeaderEpochFileCache.java), not 
 two independent readings of the same rules, which a property test holds equal. Every function returns a new
 tuple; entries are oldest first, epochs and start offsets strictly increasing.
 
-| function                      | Kafka          | result                                                            |
-| ----------------------------- | -------------- | ----------------------------------------------------------------- |
-| assign(entries, e, s)         | assign         | unchanged if e is the latest epoch and s >= its start; otherwise |
-|                               |                | drop entries from the end while epoch >= e or start >= s, then   |
-|                               |                | append (e, s)                                                     |
-| truncate_from_end(entries, o) | truncateFromEnd| drop every entry with start >= o; o < 0 changes nothing          |
-| truncate_from_start(entries,o)| truncateFromStart | drop every entry with start <= o and put the last of them back |
-|                               |                | starting at o; o < 0, or no entry at or below o, changes nothing  |
+| function                        | Kafka             | result                                                 |
+| ------------------------------- | ----------------- | ------------------------------------------------------ |
+| assign(entries, e, s)           | assign            | unchanged if e is the latest epoch and s >= its start; |
+|                                 |                   | else drop entries from the end while epoch >= e or     |
+|                                 |                   | start >= s, then append (e, s)                         |
+| truncate_from_end(entries, o)   | truncateFromEnd   | drop every entry with start >= o; o < 0: unchanged     |
+| truncate_from_start(entries, o) | truncateFromStart | drop every entry with start <= o and put the last of   |
+|                                 |                   | them back starting at o; o < 0, or no entry at or      |
+|                                 |                   | below o: unchanged                                     |
 """
 
 from __future__ import annotations

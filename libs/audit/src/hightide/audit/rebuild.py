@@ -18,19 +18,19 @@ Order. Events are first put in the order their emitters gave them:
 
 Replica rules, keyed by (topic, partition, broker):
 
-| event                  | the replica after it                                                               |
-| ---------------------- | ---------------------------------------------------------------------------------- |
-| LogOpened              | exactly the event's LEO, HW, log start offset and epoch entries (all before is     |
-|                        | replaced: a restart recovered the log, or a new log was created)                   |
-| RecordsAppended        | LEO = log_end_offset                                                               |
-| LeaderEpochStarted     | epochs = assign(epochs, leader_epoch, start_offset)                                |
-| HighWatermarkAdvanced  | HW = high_watermark                                                                |
-| LogTruncated           | LEO = truncated_to, HW = high_watermark; start_over: log start = truncated_to and  |
-|                        | no epochs; otherwise log start = min(log start, truncated_to) and epochs =         |
-|                        | truncate_from_end(epochs, truncated_to)                                            |
-| LeaderEpochsTruncated  | epochs = truncate_from_end(epochs, end_offset)                                     |
-| LogStartOffsetAdvanced | log start = log_start_offset, epochs = truncate_from_start(epochs, log_start_offset)|
-| LogDeleted             | the replica is gone                                                                |
+| event                  | the replica after it                                                                 |
+| ---------------------- | ------------------------------------------------------------------------------------ |
+| LogOpened              | exactly the event's LEO, HW, log start offset and epoch entries (all before is       |
+|                        | replaced: a restart recovered the log, or a new log was created)                     |
+| RecordsAppended        | LEO = log_end_offset                                                                 |
+| LeaderEpochStarted     | epochs = assign(epochs, leader_epoch, start_offset)                                  |
+| HighWatermarkAdvanced  | HW = high_watermark                                                                  |
+| LogTruncated           | LEO = truncated_to, HW = high_watermark; start_over: log start = truncated_to and    |
+|                        | no epochs; otherwise log start = min(log start, truncated_to) and epochs =           |
+|                        | truncate_from_end(epochs, truncated_to)                                              |
+| LeaderEpochsTruncated  | epochs = truncate_from_end(epochs, end_offset)                                       |
+| LogStartOffsetAdvanced | log start = log_start_offset; epochs = truncate_from_start(epochs, log_start_offset) |
+| LogDeleted             | the replica is gone                                                                  |
 
 The epoch rules are Kafka's LeaderEpochFileCache (`hightide.audit.epochs`).
 
