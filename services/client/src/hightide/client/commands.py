@@ -17,18 +17,23 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from hightide.client.admin import Admin
+from hightide.client.client_events import open_client_events, records_consumed, send_completed, send_invoked
 from hightide.client.connection import ClusterConnection
 from hightide.client.consumer import Consumer, ConsumerConfig
 from hightide.client.local_cluster import ClusterError, LocalCluster, pid_alive
 from hightide.client.producer import ProduceFailed, Producer, ProducerConfig, RecordFuture
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode
+from hightide.runtime.events import EventSink
+from hightide.runtime.logging import get_logger
 from hightide.runtime.nats import NatsUnavailable
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+
+_LOG = get_logger("hightide.client")
 
 
 class UsageError(Exception):
@@ -355,7 +360,9 @@ def produce(args: argparse.Namespace) -> int:
 
 
 async def _produce(args: argparse.Namespace, config: ProducerConfig) -> int:
+    """Send every record, emitting SendInvoked and SendCompleted for each (client_events.py) in send order."""
     conn = await _connect(args)
+    events = open_client_events(conn.nc, args.data_dir, conn.cluster_id, "producer", _LOG)
     failures = 0
     try:
         async with Producer(conn, config) as producer:
@@ -365,15 +372,19 @@ async def _produce(args: argparse.Namespace, config: ProducerConfig) -> int:
                 future = await producer.send(
                     args.topic, value.encode(), key=None if key is None else key.encode(), partition=args.partition
                 )
+                send_invoked(events.sink, future, key, value)
                 pending.append((value, key, future))
-                if args.print_acks:
-                    pending = _print_done(pending)
+                pending, done_failures = _complete_done(pending, events.sink, args.print_acks)
+                failures += done_failures
                 if pacer is not None:
                     await pacer.wait()
             await producer.flush()
             for value, key, future in pending:
+                send_completed(events.sink, future, value)
+                events.sink.flush()
                 failures += _report(value, key, future, args.print_acks)
     finally:
+        await events.close()
         await conn.close()
     return EXIT_OK if failures == 0 else EXIT_FAILED
 
@@ -411,14 +422,20 @@ class _Pacer:
             await asyncio.sleep(delay)  # pacing to --rate, not synchronisation
 
 
-def _print_done(pending: list[tuple[str, str | None, RecordFuture]]) -> list[tuple[str, str | None, RecordFuture]]:
-    """Print outcomes in send order as far as they are known; keep the rest."""
-    index = 0
+def _complete_done(
+    pending: list[tuple[str, str | None, RecordFuture]], events: EventSink, print_acks: bool
+) -> tuple[list[tuple[str, str | None, RecordFuture]], int]:
+    """Emit (and print) outcomes in send order as far as they are known; the rest, and how many failed."""
+    index = failures = 0
     while index < len(pending) and pending[index][2].done():
         value, key, future = pending[index]
-        _report(value, key, future, True)
+        send_completed(events, future, value)
         index += 1
-    return pending[index:]
+    if index:
+        events.flush()  # the outcome is in the outbox before the client is shown it
+    for value, key, future in pending[:index]:
+        failures += _report(value, key, future, print_acks)
+    return pending[index:], failures
 
 
 def _report(value: str, key: str | None, future: RecordFuture, print_acks: bool) -> int:
@@ -448,6 +465,7 @@ def consume(args: argparse.Namespace) -> int:
 async def _consume(args: argparse.Namespace, config: ConsumerConfig) -> int:
     conn = await _connect(args)
     consumer = Consumer(conn, config)
+    events = open_client_events(conn.nc, args.data_dir, conn.cluster_id, "consumer", _LOG)
     try:
         partitions = await conn.partitions_for(args.topic)
         if args.partition is not None:
@@ -462,12 +480,16 @@ async def _consume(args: argparse.Namespace, config: ConsumerConfig) -> int:
         while args.max_messages is None or seen < args.max_messages:
             if deadline is not None and time.monotonic() > deadline:
                 break
-            for record in await consumer.poll():
+            records = await consumer.poll()
+            if args.max_messages is not None:
+                records = records[: args.max_messages - seen]
+            records_consumed(events.sink, records)
+            events.sink.flush()
+            for record in records:
                 _print_record(record, args.format)
-                seen += 1
-                if args.max_messages is not None and seen >= args.max_messages:
-                    break
+            seen += len(records)
     finally:
+        await events.close()
         await consumer.close()
         await conn.close()
     return EXIT_OK

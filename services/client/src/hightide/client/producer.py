@@ -39,8 +39,22 @@ RECORD_OVERHEAD_BYTES: Final = 24
 _ACKS: Final = {"all": -1, "-1": -1, "1": 1, "0": 0}
 
 
+# Errors after which a produce may have been appended all the same (the request may have reached the leader).
+INDEFINITE_ERRORS: Final = frozenset(
+    {
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.UNKNOWN_SERVER_ERROR,
+    }
+)
+
+
 class ProduceFailed(ClientError):
-    """A record was not acknowledged: the error code is the last failure's."""
+    """A record was not acknowledged: the error code is the last failure's. `indefinite` is True when some
+    attempt ended without a definite answer, so the record may be in the log all the same."""
+
+    indefinite: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +124,7 @@ class _Batch:
         "encoded",
         "future",
         "keys",
+        "maybe_written",
         "sequence",
         "size",
         "timestamps",
@@ -127,6 +142,7 @@ class _Batch:
         self.encoded = b""  # the batch as sent: encoded once, with its sequence, and sent again as is on a retry
         self.sequence = -1
         self.attempts = 0
+        self.maybe_written = False  # some attempt ended without a definite answer
 
 
 class RecordFuture:
@@ -380,13 +396,17 @@ class Producer:
                 batch.future.set_result(base_offset)
             return
         batch.attempts += 1
+        if error in INDEFINITE_ERRORS:
+            batch.maybe_written = True
         if self._retriable(queue, batch, error):
             queue.retry.append(batch)
             queue.retry.sort(key=lambda b: b.sequence)
             return
         self._resolve(queue, batch)
         if not batch.future.done():
-            batch.future.set_exception(ProduceFailed(f"{queue.topic}-{queue.partition}", error))
+            failure = ProduceFailed(f"{queue.topic}-{queue.partition}", error)
+            failure.indefinite = batch.maybe_written
+            batch.future.set_exception(failure)
         if self.config.enable_idempotence:
             await self._init_producer_id()  # the outcome may be unknown: start a fresh sequence space
 
