@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -98,8 +99,14 @@ class ControllerService:
         await self.leases.kv()
         self.ready = True
         while not self.stopping.is_set():
-            await self._catch_up()
-            lease = await self.leases.try_acquire(self.settings.controller_id)
+            try:
+                await self._catch_up()
+                lease = await self.leases.try_acquire(self.settings.controller_id)
+            except (nats.errors.Error, TimeoutError) as error:
+                # NATS is away (an outage, a restart): stand by and try again; it reconnects by itself.
+                self.log.warning("controller_standby_unavailable", error=type(error).__name__, detail=str(error)[:200])
+                await self._wait_stopping(STANDBY_POLL_S)
+                continue
             if lease is None:
                 await self._wait_stopping(STANDBY_POLL_S)
                 continue
@@ -107,6 +114,9 @@ class ControllerService:
                 await self._lead(lease)
             except NotActiveController as reason:
                 self.log.warning("controller_deposed", reason=str(reason), controller_epoch=lease.controller_epoch)
+            except (nats.errors.Error, TimeoutError) as error:
+                cause = f"NATS: {type(error).__name__}"
+                self.log.warning("controller_deposed", reason=cause, controller_epoch=lease.controller_epoch)
             finally:
                 self.control = None
                 self._set_active_metric(0)
