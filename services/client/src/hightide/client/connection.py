@@ -47,7 +47,10 @@ class ClusterConnection:
 
     @classmethod
     async def open(cls, nats_url: str, cluster_id: str, **kwargs: Any) -> ClusterConnection:
-        nc = await connect(NatsSettings(url=nats_url, name="hightide-client", max_reconnect_attempts=10))
+        # Reconnect for as long as the caller waits (as a Kafka client does): every request has its own timeout and
+        # the producer its delivery.timeout.ms, so a client outlives a NATS restart instead of closing for good after
+        # a few refused attempts, and its event relay can still deliver afterwards.
+        nc = await connect(NatsSettings(url=nats_url, name="hightide-client", max_reconnect_attempts=-1))
         return cls(nc, cluster_id, **kwargs)
 
     async def close(self) -> None:
