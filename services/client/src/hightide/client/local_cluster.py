@@ -16,6 +16,7 @@ events to the EVENTS stream as it stops), then the archiver once it has acknowle
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -269,8 +270,14 @@ class LocalCluster:
 
 def wait_archived(nats_url: str, cluster_id: str, timeout_s: float) -> bool:
     """Wait until the archiver has acknowledged every message in the EVENTS stream (true), or give up after
-    `timeout_s`, or at once when NATS or the archiver's consumer cannot be asked (false)."""
-    return asyncio.run(_wait_archived(nats_url, cluster_id, timeout_s))
+    `timeout_s`, or at once when NATS or the archiver's consumer cannot be asked (false). Callable from inside an
+    event loop too (the benchmark's cluster stops from async code): then it waits on a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_wait_archived(nats_url, cluster_id, timeout_s))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, _wait_archived(nats_url, cluster_id, timeout_s)).result()
 
 
 async def _wait_archived(nats_url: str, cluster_id: str, timeout_s: float) -> bool:
