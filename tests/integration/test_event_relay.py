@@ -20,14 +20,16 @@ from nats.aio.client import Client
 
 from hightide.protocol.envelope import Emitter, Envelope, decode_envelopes
 from hightide.protocol.events import BrokerFenced
-from hightide.protocol.subjects import events_stream
-from hightide.runtime.event_store import EventPipeline, EventRelay, OutboxEventSink
+from hightide.protocol.subjects import events_message_id, events_stream
+from hightide.runtime.event_store import EventPipeline, EventRelay, OutboxEventSink, ensure_events_stream
 from hightide.runtime.outbox import (
     SUFFIX,
+    GroupsFile,
     OutboxHeader,
     OutboxReader,
     OutboxWriter,
     cursor_path,
+    merge_arrays,
     read_cursor,
     write_cursor,
 )
@@ -264,6 +266,42 @@ def test_a_live_incarnations_outbox_is_left_to_its_owner(tmp_path: Path) -> None
         owner.close()
         write_cursor(owner.path, 0)
         os.remove(owner.path)
+        await nc.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        server.stop()
+
+
+def test_a_message_published_before_a_crash_is_published_again_exactly_as_planned(tmp_path: Path) -> None:
+    """The relay stored records 0-1 as one message and died before its cursor moved. The next relay must send
+    that message again with the same records (the stream drops it as a copy) and the rest after it: grouping
+    records 0-4 into one message under the same id would be dropped whole, losing records 2-4."""
+    server = NatsServer(tmp_path / "nats").start()
+
+    async def scenario() -> None:
+        nc = await _connect(server.url)
+        directory = tmp_path / "outbox"
+        header = OutboxHeader(CLUSTER, "broker", 9, "crashed")
+        writer = OutboxWriter.create(directory, header)
+        sink = OutboxEventSink(CLUSTER, _emitter(header), writer)
+        for i in range(50):
+            sink.emit(_event(i))
+            if i % 10 == 9:
+                sink.flush()  # five records of ten events
+        writer.close()
+        records = list(OutboxReader(writer.path).records(0))
+        assert len(records) == 5
+        GroupsFile(writer.path).append([(records[0].position, records[1].end)])
+        js = nc.jetstream()
+        await ensure_events_stream(js, CLUSTER)
+        message_id = events_message_id("broker", 9, "crashed", 0)
+        await js.publish("ht.relaytest.events.broker.9", merge_arrays(records[:2]), headers={"Nats-Msg-Id": message_id})
+        relay = EventRelay(nc, CLUSTER, directory, None, LOG)
+        await relay._adopt_ended(asyncio.Event())
+        assert relay.adopted == 1
+        _assert_exactly_once(await _stored(nc), {"crashed": 50})
         await nc.close()
 
     try:

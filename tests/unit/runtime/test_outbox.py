@@ -7,15 +7,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import msgpack
 import pytest
 
 from hightide.runtime.outbox import (
+    GroupsFile,
     OutboxError,
     OutboxHeader,
     OutboxReader,
     OutboxWriter,
     cursor_path,
+    groups_path,
+    merge_arrays,
     read_cursor,
+    read_groups,
     remove,
     try_lock,
     write_cursor,
@@ -122,3 +127,30 @@ def test_the_cursor_round_trips_and_a_damaged_one_reads_as_the_start(tmp_path: P
     remove(writer.path)
     assert not writer.path.exists()
     assert not cursor_path(writer.path).exists()
+
+
+def test_merged_records_are_one_array_of_all_their_envelopes_in_order(tmp_path: Path) -> None:
+    writer = OutboxWriter.create(tmp_path, HEADER)
+    sizes = [1, 15, 16, 3, 70_000]  # array headers of each msgpack size class, and a total past 2**16
+    sequence = 0
+    for size in sizes:
+        writer.append(sequence, size, msgpack.packb(list(range(sequence, sequence + size))))
+        sequence += size
+    records = list(OutboxReader(writer.path).records(0))
+    assert msgpack.unpackb(merge_arrays(records)) == list(range(sequence))
+    assert merge_arrays(records[:1]) == records[0].data
+    assert msgpack.unpackb(merge_arrays(records[1:3])) == list(range(1, 32))
+
+
+def test_the_plan_is_the_chain_of_extents_from_the_cursor(tmp_path: Path) -> None:
+    outbox = tmp_path / "x.outbox"
+    plan = GroupsFile(outbox)
+    plan.append([(100, 180), (180, 260)])
+    plan.append([(260, 300)])
+    groups_path(outbox).open("a").write("300 3")  # a torn last line: never published by
+    assert read_groups(outbox, 100) == [(100, 180), (180, 260), (260, 300)]
+    assert read_groups(outbox, 180) == [(180, 260), (260, 300)]
+    assert read_groups(outbox, 200) == []  # not a message boundary: no plan starts there
+    plan.clear()
+    assert read_groups(outbox, 100) == []
+    plan.close()

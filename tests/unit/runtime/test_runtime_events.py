@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from hightide.protocol.events import BrokerFenced, RecordsAppended
 from hightide.runtime.events import LogEventSink
@@ -21,26 +25,47 @@ class RecordingLogger:
         self.lines.append(("info", event, fields))
 
 
-def test_state_changes_log_at_info_and_per_request_events_at_debug() -> None:
+APPENDED = RecordsAppended(
+    topic="orders",
+    partition=0,
+    replica=1,
+    leader_epoch=0,
+    base_offset=0,
+    last_offset=9,
+    record_count=10,
+    size_bytes=500,
+    log_end_offset=10,
+    as_leader=True,
+)
+
+
+@pytest.fixture
+def events_level() -> Iterator[logging.Logger]:
+    std = logging.getLogger("hightide.events")
+    before = std.level
+    yield std
+    std.setLevel(before)
+
+
+def test_state_changes_log_at_info_and_per_request_events_at_debug(events_level: logging.Logger) -> None:
+    events_level.setLevel(logging.DEBUG)
     logger = RecordingLogger()
     sink = LogEventSink(logger)
-    appended = RecordsAppended(
-        topic="orders",
-        partition=0,
-        replica=1,
-        leader_epoch=0,
-        base_offset=0,
-        last_offset=9,
-        record_count=10,
-        size_bytes=500,
-        log_end_offset=10,
-        as_leader=True,
-    )
-    sink.emit(appended)
+    sink.emit(APPENDED)
     sink.emit(BrokerFenced(broker=2, broker_epoch=7, reason="session_timeout"))
     assert [(level, event) for level, event, _ in logger.lines] == [
         ("debug", "RecordsAppended"),
         ("info", "BrokerFenced"),
     ]
     assert logger.lines[1][2] == {"broker": 2, "broker_epoch": 7, "reason": "session_timeout"}
+    assert sink.counts == {"RecordsAppended": 1, "BrokerFenced": 1}
+
+
+def test_per_request_events_are_not_even_formatted_above_debug(events_level: logging.Logger) -> None:
+    events_level.setLevel(logging.INFO)
+    logger = RecordingLogger()
+    sink = LogEventSink(logger)
+    sink.emit(APPENDED)
+    sink.emit(BrokerFenced(broker=2, broker_epoch=7, reason="session_timeout"))
+    assert [(level, event) for level, event, _ in logger.lines] == [("info", "BrokerFenced")]
     assert sink.counts == {"RecordsAppended": 1, "BrokerFenced": 1}

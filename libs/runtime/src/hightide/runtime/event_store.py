@@ -30,12 +30,15 @@ from hightide.protocol.subjects import events_message_id, events_stream, events_
 from hightide.runtime.events import EventSink
 from hightide.runtime.outbox import (
     SUFFIX,
+    GroupsFile,
     OutboxError,
     OutboxHeader,
     OutboxReader,
     OutboxRecord,
     OutboxWriter,
+    merge_arrays,
     read_cursor,
+    read_groups,
     remove,
     try_lock,
     write_cursor,
@@ -46,12 +49,14 @@ DEFAULT_RETENTION_MS: Final = 7 * 24 * 3600 * 1000
 # coming back; five minutes covers an outage that long with the copy still dropped.
 DUPLICATE_WINDOW_S: Final = 300.0
 MAX_EVENTS_PER_MESSAGE: Final = 1000  # a few hundred KiB at most: well under NATS' max_payload
+MAX_MESSAGE_BYTES: Final = 512 * 1024
 RELAY_WINDOW: Final = 32  # messages awaiting their acks at once
 PUBLISH_TIMEOUT_S: Final = 5.0
 BACKOFF_MIN_S: Final = 0.1
 BACKOFF_MAX_S: Final = 2.0
 IDLE_RECHECK_S: Final = 1.0
 DRAIN_TIMEOUT_S: Final = 10.0
+CURSOR_SAVE_INTERVAL_S: Final = 0.2
 
 
 def events_stream_config(
@@ -135,9 +140,18 @@ class OutboxEventSink:
             return
         pending, self._pending = self._pending, []
         for start in range(0, len(pending), MAX_EVENTS_PER_MESSAGE):
-            chunk = pending[start : start + MAX_EVENTS_PER_MESSAGE]
-            self.writer.append(chunk[0].sequence, len(chunk), encode_envelopes(chunk))
+            self._write(pending[start : start + MAX_EVENTS_PER_MESSAGE])
         self.on_written()
+
+    def _write(self, chunk: list[Envelope]) -> None:
+        """One record, or halves of it while it is over MAX_MESSAGE_BYTES (a record is at most one message)."""
+        data = encode_envelopes(chunk)
+        if len(data) > MAX_MESSAGE_BYTES and len(chunk) > 1:
+            middle = len(chunk) // 2
+            self._write(chunk[:middle])
+            self._write(chunk[middle:])
+            return
+        self.writer.append(chunk[0].sequence, len(chunk), data)
 
 
 class NullEventSink:
@@ -194,6 +208,10 @@ class EventRelay:
         self._own_position = read_cursor(writer.path) if writer is not None else 0
         self._own_reader: OutboxReader | None = None
         self._failures = 0
+        self._saved: dict[Path, int] = {}
+        self._last_save = 0.0
+        self._plans: dict[Path, list[tuple[int, int]]] = {}  # per outbox: planned messages beyond the cursor
+        self._group_files: dict[Path, GroupsFile] = {}
 
     def notify(self) -> None:
         self._wake.set()
@@ -212,6 +230,8 @@ class EventRelay:
                 continue
             self._wake.clear()
             if self.caught_up:
+                if self.writer is not None:  # idle: save where the stream has it (rate-limited; the idle
+                    self._save_cursor(self.writer.path, self._own_position)  # wait below comes back to it)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(_first(self._wake.wait(), stopping.wait()), IDLE_RECHECK_S)
 
@@ -225,12 +245,17 @@ class EventRelay:
                 return False
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._relay_own(never), remaining)
+        if self.writer is not None:
+            self._save_cursor(self.writer.path, self._own_position, now=True)
         return True
 
     def close(self) -> None:
         if self._own_reader is not None:
             self._own_reader.close()
             self._own_reader = None
+        for file in self._group_files.values():
+            file.close()
+        self._group_files.clear()
 
     async def _until_stream(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
@@ -277,6 +302,11 @@ class EventRelay:
             remove(path)
         finally:
             reader.close()
+            groups = self._group_files.pop(path, None)
+            if groups is not None:
+                groups.close()
+            self._plans.pop(path, None)
+            self._saved.pop(path, None)
 
     async def _relay_own(self, stopping: asyncio.Event) -> None:
         assert self.writer is not None
@@ -286,38 +316,106 @@ class EventRelay:
         self._own_position = await self._publish_from(self._own_reader, self._own_position, self.writer.end, stopping)
 
     async def _publish_from(self, reader: OutboxReader, position: int, end: int, stopping: asyncio.Event) -> int:
-        """Publish up to `window` records from `position`; the position after the last one acknowledged in a row."""
+        """Publish up to `window` messages from `position`, each several records (the planned extents first, see
+        outbox.read_groups); the position after the last message acknowledged in a row."""
         header = reader.header
         subject = events_subject(self.cluster_id, header.service, header.emitter_id)
-        records = []
-        for record in reader.records(position, end):
-            records.append(record)
-            if len(records) >= self.window:
-                break
-        if not records:
+        plan = [extent for extent in self._plan_of(reader.path, position) if extent[0] >= position]
+        groups, planned_used = self._form_groups(reader, position, end, plan)
+        if not groups:
             if reader.damaged_at is not None and reader.damaged_at == position:
                 return end  # a torn tail nobody acted on (see outbox.py): nothing more to publish
             return position
+        new = [(group[0].position, group[-1].end) for group in groups[planned_used:]]
+        if new:
+            self._groups_file(reader.path).append(new)  # the plan is on disk before any of it is published
         results = await asyncio.gather(
-            *(self._publish(subject, header, record) for record in records), return_exceptions=True
+            *(self._publish(subject, header, group) for group in groups), return_exceptions=True
         )
         failure: BaseException | None = None
-        for record, result in zip(records, results, strict=True):
-            if isinstance(result, BaseException):
+        unacked: list[tuple[int, int]] = []
+        for group, result in zip(groups, results, strict=True):
+            if failure is None and isinstance(result, BaseException):
                 failure = result
-                break
-            position = record.end
-            self.published += 1
-        write_cursor(reader.path, position)
+            if failure is None:
+                position = group[-1].end
+                self.published += len(group)
+            else:
+                unacked.append((group[0].position, group[-1].end))
+        self._plans[reader.path] = unacked + plan[planned_used:]
+        self._save_cursor(reader.path, position)
         if failure is not None:
             await self._back_off(stopping, "events_publish_failed", failure)
         else:
             self._failures = 0
         return position
 
-    async def _publish(self, subject: str, header: OutboxHeader, record: OutboxRecord) -> None:
-        message_id = events_message_id(header.service, header.emitter_id, header.incarnation, record.first_sequence)
-        await self.js.publish(subject, record.data, headers={"Nats-Msg-Id": message_id})
+    def _form_groups(
+        self, reader: OutboxReader, position: int, end: int, plan: list[tuple[int, int]]
+    ) -> tuple[list[list[OutboxRecord]], int]:
+        """Records from `position` gathered into messages: first exactly as planned, then new ones of up to
+        MAX_EVENTS_PER_MESSAGE events and MAX_MESSAGE_BYTES; how many of them came from the plan."""
+        groups: list[list[OutboxRecord]] = []
+        current: list[OutboxRecord] = []
+        size = count = 0
+        planned_used = 0
+        for record in reader.records(position, end):
+            if planned_used < len(plan):
+                current.append(record)
+                if record.end >= plan[planned_used][1]:
+                    groups.append(current)
+                    current = []
+                    planned_used += 1
+                continue
+            if current and (
+                size + len(record.data) > MAX_MESSAGE_BYTES or count + record.count > MAX_EVENTS_PER_MESSAGE
+            ):
+                groups.append(current)
+                current, size, count = [], 0, 0
+            if len(groups) >= self.window:
+                break
+            current.append(record)
+            size += len(record.data)
+            count += record.count
+        if current and len(groups) < self.window:
+            if planned_used < len(plan):
+                planned_used += 1  # a planned message cut short by a torn tail: what is left of it
+            groups.append(current)
+        return groups, planned_used
+
+    def _plan_of(self, outbox: Path, position: int) -> list[tuple[int, int]]:
+        plan = self._plans.get(outbox)
+        if plan is None:
+            plan = read_groups(outbox, position)
+            self._plans[outbox] = plan
+        return plan
+
+    def _groups_file(self, outbox: Path) -> GroupsFile:
+        file = self._group_files.get(outbox)
+        if file is None:
+            file = self._group_files[outbox] = GroupsFile(outbox)
+        return file
+
+    def _save_cursor(self, outbox: Path, position: int, *, now: bool = False) -> None:
+        """Persist how far the stream has this outbox, at most every CURSOR_SAVE_INTERVAL_S while busy (a file
+        replace per publish round cost a fifth of a broker's time): a crash republishes at most that much, as
+        planned, and the stream drops those copies by their message ids. Once nothing planned lies beyond the
+        cursor, the plan file is emptied."""
+        if self._saved.get(outbox) == position:
+            return
+        clock = time.monotonic()
+        if not now and clock - self._last_save < CURSOR_SAVE_INTERVAL_S:
+            return
+        write_cursor(outbox, position)
+        self._saved[outbox] = position
+        self._last_save = clock
+        if not self._plans.get(outbox) and outbox in self._group_files:
+            self._group_files[outbox].clear()
+
+    async def _publish(self, subject: str, header: OutboxHeader, group: list[OutboxRecord]) -> None:
+        first = group[0].first_sequence
+        message_id = events_message_id(header.service, header.emitter_id, header.incarnation, first)
+        await self.js.publish(subject, merge_arrays(group), headers={"Nats-Msg-Id": message_id})
 
     async def _back_off(self, stopping: asyncio.Event, what: str, error: BaseException) -> None:
         self._failures += 1

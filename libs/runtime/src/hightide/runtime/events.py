@@ -9,6 +9,7 @@ for the `EVENTS` stream, and logs it through this one too.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Final, Protocol
 
 import structlog
@@ -42,12 +43,16 @@ class LogEventSink:
 
     def __init__(self, logger: Any | None = None) -> None:
         self._log = logger or structlog.get_logger("hightide.events")
+        self._std = logging.getLogger("hightide.events")  # the stdlib logger structlog's levels come from
         self.counts: dict[str, int] = {}
 
     def emit(self, event: Event) -> None:
         self.counts[event.TYPE] = self.counts.get(event.TYPE, 0) + 1
+        per_request = event.TYPE in PER_REQUEST_EVENTS
+        if per_request and not self._std.isEnabledFor(logging.DEBUG):
+            return  # the usual case on the data path: not even the fields are gathered
         fields = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
-        if event.TYPE in PER_REQUEST_EVENTS:
+        if per_request:
             self._log.debug(event.TYPE, **fields)
         else:
             self._log.info(event.TYPE, **fields)

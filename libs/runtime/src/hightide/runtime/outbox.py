@@ -239,7 +239,92 @@ def try_lock(path: Path) -> int | None:
 
 
 def remove(outbox: Path) -> None:
-    """Delete an outbox whose every record the event store has, and its cursor."""
-    for path in (outbox, cursor_path(outbox)):
+    """Delete an outbox whose every record the event store has, its cursor and its relay's plan."""
+    for path in (outbox, cursor_path(outbox), outbox.with_suffix(".groups")):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+# -- the relay's plan: which records go together in one message ---------------------------------------------------
+#
+# The relay publishes several outbox records as one message (one msgpack array), and names the message by its
+# first event's sequence. A message published again after a crash must hold exactly the same records, or the
+# stream would drop a copy that holds more than the first (same message id) and lose the difference. So each
+# message's extent ("start end" positions) is appended to `<incarnation>.groups` before it is published, and a
+# relay that starts again re-forms the messages beyond its cursor exactly as planned before forming new ones.
+
+GROUPS_SUFFIX: Final = ".groups"
+
+
+def groups_path(outbox: Path) -> Path:
+    return outbox.with_suffix(GROUPS_SUFFIX)
+
+
+def read_groups(outbox: Path, cursor: int) -> list[tuple[int, int]]:
+    """The planned messages that start at `cursor` and follow each other without a gap (a torn last line, or
+    anything not in that chain, is not a plan anyone published by)."""
+    try:
+        lines = groups_path(outbox).read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    extents: dict[int, int] = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            extents[int(parts[0])] = int(parts[1])
+    plan: list[tuple[int, int]] = []
+    start = cursor
+    while start in extents and extents[start] > start:
+        plan.append((start, extents[start]))
+        start = extents[start]
+    return plan
+
+
+class GroupsFile:
+    """Appends planned message extents; emptied once the cursor has passed every one of them."""
+
+    def __init__(self, outbox: Path) -> None:
+        self._fd = os.open(groups_path(outbox), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self._fd).st_size
+
+    def append(self, extents: list[tuple[int, int]]) -> None:
+        data = "".join(f"{start} {end}\n" for start, end in extents).encode()
+        os.write(self._fd, data)
+        self.size += len(data)
+
+    def clear(self) -> None:
+        if self.size:
+            os.ftruncate(self._fd, 0)
+            self.size = 0
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def merge_arrays(records: list[OutboxRecord]) -> bytes:
+    """One msgpack array of every record's envelopes, in order (each record's data is a msgpack array)."""
+    if len(records) == 1:
+        return records[0].data
+    total = sum(record.count for record in records)
+    return _array_header(total) + b"".join(record.data[_array_header_size(record.data) :] for record in records)
+
+
+def _array_header(count: int) -> bytes:
+    if count < 16:
+        return bytes([0x90 | count])
+    if count < 2**16:
+        return b"\xdc" + count.to_bytes(2, "big")
+    return b"\xdd" + count.to_bytes(4, "big")
+
+
+def _array_header_size(data: bytes) -> int:
+    first = data[0]
+    if 0x90 <= first <= 0x9F:
+        return 1
+    if first == 0xDC:
+        return 3
+    if first == 0xDD:
+        return 5
+    raise OutboxError(f"an outbox record that is not a msgpack array (first byte {first:#x})")

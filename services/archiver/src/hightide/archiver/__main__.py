@@ -8,6 +8,7 @@ line and exit 1.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from hightide.runtime.logging import Logger
 from hightide.runtime.service import common_parser, parse_common, run_service
 
 SERVICE_ID = 1  # one archiver per lake; the id only names the process in logs and NATS
+DEFAULT_NICENESS = 10
 
 
 class OneLineErrors:
@@ -45,7 +47,17 @@ class OneLineErrors:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = common_parser("hightide archiver", "Archive the event store (EVENTS stream) into a Parquet lake.")
     parser.add_argument("--lake", type=Path, required=True, help="the lake's directory (created if missing)")
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=DEFAULT_NICENESS,
+        help=f"CPU niceness to run at (default {DEFAULT_NICENESS}: behind brokers sharing the machine; 0 to keep)",
+    )
     common = parse_common(parser, argv)
+    if common.args.nice:
+        # The archiver is behind the data path by design (it may lag, the stream keeps the events): where it shares
+        # CPUs with brokers, as in a local cluster, its Parquet bursts must not add to produce latency.
+        os.nice(common.args.nice)
     lake: Path = common.args.lake
     try:
         # Fail early and plainly; `run` takes the lock again (and recovers the lake) and keeps it.

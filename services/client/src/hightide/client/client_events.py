@@ -6,8 +6,9 @@ with the process id as its id. A client killed before its relay caught up leaves
 run with the same data dir replays it. With these the audit can hold the cluster to its end-to-end promises: an
 acknowledged record is in the log at its offset, a failed one is not, and a consumer reads each offset once.
 
-Outcomes follow Jepsen: `ok`, `failed` (definite: never appended) or `unknown` (a timeout or lost connection on
-some attempt, `ProduceFailed.indefinite`).
+Values are named by at most their last 64 characters (`value_text`). Outcomes follow Jepsen: `ok`, `failed`
+(definite: never appended) or `unknown` (a timeout or lost connection on some attempt,
+`ProduceFailed.indefinite`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from hightide.runtime.event_store import EventPipeline
 from hightide.runtime.events import EventSink
 
 CLIENT_OUTBOX: Final = Path("events-outbox") / "clients"
+VALUE_CHARACTERS: Final = 64  # of a value, its last ones: a verifiable producer's values end in their number
 _EMITTER_ID_LIMIT: Final = 2**31
 
 
@@ -44,7 +46,7 @@ def open_client_events(nc: Client, data_dir: Path, cluster_id: str, service: str
 
 
 def send_invoked(events: EventSink, future: RecordFuture, key: str | None, value: str) -> None:
-    events.emit(SendInvoked(topic=future.topic, partition=future.partition, key=key, value=value))
+    events.emit(SendInvoked(topic=future.topic, partition=future.partition, key=key, value=value_text(value)))
 
 
 def send_completed(events: EventSink, future: RecordFuture, value: str) -> None:
@@ -83,6 +85,15 @@ def records_consumed(events: EventSink, records: Sequence[ConsumerRecord]) -> No
                 topic=topic,
                 partition=partition,
                 offsets=tuple(r.offset for r in items),
-                values=tuple("" if r.value is None else r.value.decode(errors="backslashreplace") for r in items),
+                values=tuple(value_text(r.value) for r in items),
             )
         )
+
+
+def value_text(value: str | bytes | None) -> str:
+    """A record's value as the events name it: text, at most its last VALUE_CHARACTERS characters, so a poll of
+    large records stays a small event (the same rule on both sides keeps sends and reads comparable)."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else value.decode(errors="backslashreplace")
+    return text[-VALUE_CHARACTERS:]
