@@ -23,7 +23,7 @@ from hightide.client.consumer import Consumer, ConsumerConfig
 from hightide.client.local_cluster import ClusterError, LocalCluster, pid_alive
 from hightide.client.producer import ProduceFailed, Producer, ProducerConfig, RecordFuture
 from hightide.protocol import wire
-from hightide.protocol.errors import ErrorCode
+from hightide.protocol.errors import ErrorCode, HightideError
 from hightide.runtime.events import EventSink
 from hightide.runtime.logging import get_logger
 from hightide.runtime.nats import NatsUnavailable
@@ -153,10 +153,22 @@ def cluster_status(args: argparse.Namespace) -> int:
     return EXIT_OK if status.error == 0 else EXIT_FAILED
 
 
+DESCRIBE_ATTEMPTS = 5
+DESCRIBE_ATTEMPT_TIMEOUT_S = 1.0
+
+
 async def _describe(url: str, cluster_id: str) -> wire.DescribeClusterResponse:
+    """Ask the controllers' queue group, a few short tries: a paused or dying controller still in the group takes
+    some requests and answers none, and must not cost the whole command (the next try reaches another member)."""
     conn = await ClusterConnection.open(url, cluster_id)
     try:
-        return await Admin(conn, timeout_s=5.0).describe_cluster()
+        for attempt in range(DESCRIBE_ATTEMPTS):
+            try:
+                return await Admin(conn, timeout_s=DESCRIBE_ATTEMPT_TIMEOUT_S).describe_cluster()
+            except HightideError as error:
+                if error.error_code is not ErrorCode.REQUEST_TIMED_OUT or attempt == DESCRIBE_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
     finally:
         await conn.close()
 
