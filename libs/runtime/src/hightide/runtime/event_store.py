@@ -226,7 +226,11 @@ class EventRelay:
         await self._adopt_ended(stopping)
         while not stopping.is_set():
             if self.writer is not None and not self.caught_up:
-                await self._relay_own(stopping)
+                try:
+                    await self._relay_own(stopping)
+                except (OSError, OutboxError) as error:  # the outbox itself is unreadable: say so, keep trying
+                    self.log.error("outbox_relay_failed", error=type(error).__name__, detail=str(error)[:200])
+                    await self._back_off(stopping, "outbox_relay_failed", error)
                 continue
             self._wake.clear()
             if self.caught_up:
@@ -326,9 +330,10 @@ class EventRelay:
             if reader.damaged_at is not None and reader.damaged_at == position:
                 return end  # a torn tail nobody acted on (see outbox.py): nothing more to publish
             return position
-        new = [(group[0].position, group[-1].end) for group in groups[planned_used:]]
-        if new:
-            self._groups_file(reader.path).append(new)  # the plan is on disk before any of it is published
+        extents = [(group[0].position, group[-1].end) for group in groups]
+        if len(extents) > planned_used:
+            self._groups_file(reader.path).append(extents[planned_used:])  # on disk before any is published
+        self._plans[reader.path] = extents + plan[planned_used:]  # kept if this round is cancelled midway
         results = await asyncio.gather(
             *(self._publish(subject, header, group) for group in groups), return_exceptions=True
         )
