@@ -57,6 +57,7 @@ BACKOFF_MAX_S: Final = 2.0
 IDLE_RECHECK_S: Final = 1.0
 DRAIN_TIMEOUT_S: Final = 10.0
 CURSOR_SAVE_INTERVAL_S: Final = 0.2
+RELAY_LINGER_S: Final = 0.05
 
 
 def events_stream_config(
@@ -226,6 +227,12 @@ class EventRelay:
         await self._adopt_ended(stopping)
         while not stopping.is_set():
             if self.writer is not None and not self.caught_up:
+                if self.writer.end - self._own_position < MAX_MESSAGE_BYTES // 2:
+                    # Linger (as a producer's linger.ms) so one message carries what a busy service writes in
+                    # that time: the events are already safe in the outbox, and a message per turn of the event
+                    # loop costs the data path (relay CPU, JetStream writes) far more than the wait.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stopping.wait(), RELAY_LINGER_S)
                 try:
                     await self._relay_own(stopping)
                 except (OSError, OutboxError) as error:  # the outbox itself is unreadable: say so, keep trying
