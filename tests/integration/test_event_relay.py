@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import nats
+import pytest
 import structlog
 from nats.aio.client import Client
 
@@ -37,6 +38,13 @@ from support.nats import NatsServer
 
 CLUSTER = "relaytest"
 LOG = structlog.get_logger("test")
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[NatsServer]:
+    running = NatsServer(tmp_path / "nats").start()
+    yield running
+    running.stop()
 
 
 async def _connect(url: str, pending_size: int = 2 * 1024 * 1024) -> Client:
@@ -78,9 +86,9 @@ def _assert_exactly_once(envelopes: list[Envelope], expected: dict[str, int]) ->
         assert sequences == list(range(expected[incarnation])), incarnation
 
 
-def test_every_event_reaches_the_stream_once_and_a_clean_close_removes_the_outbox(tmp_path: Path) -> None:
-    server = NatsServer(tmp_path / "nats").start()
-
+def test_every_event_reaches_the_stream_once_and_a_clean_close_removes_the_outbox(
+    tmp_path: Path, server: NatsServer
+) -> None:
     async def scenario() -> None:
         nc = await _connect(server.url)
         pipeline = EventPipeline.open(
@@ -98,15 +106,10 @@ def test_every_event_reaches_the_stream_once_and_a_clean_close_removes_the_outbo
         assert not list((tmp_path / "outbox").iterdir())
         await nc.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        server.stop()
+    asyncio.run(scenario())
 
 
-def test_a_nats_outage_loses_and_duplicates_nothing(tmp_path: Path) -> None:
-    server = NatsServer(tmp_path / "nats").start()
-
+def test_a_nats_outage_loses_and_duplicates_nothing(tmp_path: Path, server: NatsServer) -> None:
     async def scenario() -> None:
         nc = await _connect(server.url, pending_size=4096)
         pipeline = EventPipeline.open(
@@ -143,19 +146,14 @@ def test_a_nats_outage_loses_and_duplicates_nothing(tmp_path: Path) -> None:
         _assert_exactly_once(await _stored(nc), {pipeline.writer.header.incarnation: 2_200})
         await nc.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        server.stop()
+    asyncio.run(scenario())
 
 
 async def _true(value: bool) -> bool:
     return value
 
 
-def test_a_lost_cursor_republishes_and_the_stream_keeps_one_copy(tmp_path: Path) -> None:
-    server = NatsServer(tmp_path / "nats").start()
-
+def test_a_lost_cursor_republishes_and_the_stream_keeps_one_copy(tmp_path: Path, server: NatsServer) -> None:
     async def scenario() -> None:
         nc = await _connect(server.url)
         directory = tmp_path / "outbox"
@@ -190,20 +188,18 @@ def test_a_lost_cursor_republishes_and_the_stream_keeps_one_copy(tmp_path: Path)
         _assert_exactly_once(await _stored(nc), {"ended-incarnation": 300})
         await nc.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        server.stop()
+    asyncio.run(scenario())
 
 
 def _emitter(header: OutboxHeader) -> Emitter:
     return Emitter(header.service, header.emitter_id, header.incarnation)
 
 
-def test_an_ended_incarnations_outbox_is_replayed_from_its_cursor_by_the_next_process(tmp_path: Path) -> None:
+def test_an_ended_incarnations_outbox_is_replayed_from_its_cursor_by_the_next_process(
+    tmp_path: Path, server: NatsServer
+) -> None:
     """A process killed before its relay caught up: the next one with the same directory publishes the rest,
     from the cursor on (what was published before stays once), stops at a torn tail, and deletes the outbox."""
-    server = NatsServer(tmp_path / "nats").start()
 
     async def scenario() -> None:
         nc = await _connect(server.url)
@@ -242,15 +238,10 @@ def test_an_ended_incarnations_outbox_is_replayed_from_its_cursor_by_the_next_pr
         assert Counter(e.emitter.incarnation for e in envelopes[:100]) == {previous.writer.header.incarnation: 100}
         await nc.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        server.stop()
+    asyncio.run(scenario())
 
 
-def test_a_live_incarnations_outbox_is_left_to_its_owner(tmp_path: Path) -> None:
-    server = NatsServer(tmp_path / "nats").start()
-
+def test_a_live_incarnations_outbox_is_left_to_its_owner(tmp_path: Path, server: NatsServer) -> None:
     async def scenario() -> None:
         nc = await _connect(server.url)
         directory = tmp_path / "outbox"
@@ -268,17 +259,15 @@ def test_a_live_incarnations_outbox_is_left_to_its_owner(tmp_path: Path) -> None
         os.remove(owner.path)
         await nc.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        server.stop()
+    asyncio.run(scenario())
 
 
-def test_a_message_published_before_a_crash_is_published_again_exactly_as_planned(tmp_path: Path) -> None:
+def test_a_message_published_before_a_crash_is_published_again_exactly_as_planned(
+    tmp_path: Path, server: NatsServer
+) -> None:
     """The relay stored records 0-1 as one message and died before its cursor moved. The next relay must send
     that message again with the same records (the stream drops it as a copy) and the rest after it: grouping
     records 0-4 into one message under the same id would be dropped whole, losing records 2-4."""
-    server = NatsServer(tmp_path / "nats").start()
 
     async def scenario() -> None:
         nc = await _connect(server.url)
@@ -304,7 +293,4 @@ def test_a_message_published_before_a_crash_is_published_again_exactly_as_planne
         _assert_exactly_once(await _stored(nc), {"crashed": 50})
         await nc.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        server.stop()
+    asyncio.run(scenario())
