@@ -153,19 +153,25 @@ async def _true(value: bool) -> bool:
     return value
 
 
+def _ended_outbox(directory: Path, header: OutboxHeader, count: int, per_record: int) -> Path:
+    """An outbox as a process that ended before relaying leaves it: `count` events, `per_record` to a record."""
+    writer = OutboxWriter.create(directory, header)
+    sink = OutboxEventSink(CLUSTER, _emitter(header), writer)
+    for i in range(count):
+        sink.emit(_event(i))
+        if i % per_record == per_record - 1:
+            sink.flush()
+    sink.flush()
+    writer.close()
+    return writer.path
+
+
 def test_a_lost_cursor_republishes_and_the_stream_keeps_one_copy(tmp_path: Path, server: NatsServer) -> None:
     async def scenario() -> None:
         nc = await _connect(server.url)
         directory = tmp_path / "outbox"
         header = OutboxHeader(CLUSTER, "broker", 7, "ended-incarnation")
-        writer = OutboxWriter.create(directory, header)
-        sink = OutboxEventSink(CLUSTER, _emitter(header), writer)
-        for i in range(300):
-            sink.emit(_event(i))
-            if i % 30 == 29:
-                sink.flush()
-        sink.flush()
-        writer.close()  # the process "ends" with the outbox unpublished
+        _ended_outbox(directory, header, 300, 30)  # the process ends with its outbox unpublished
         # A first relay publishes it all, then the cursor is lost as if the process died before writing it.
         first = EventRelay(nc, CLUSTER, directory, None, LOG)
         stop = asyncio.Event()
@@ -174,14 +180,7 @@ def test_a_lost_cursor_republishes_and_the_stream_keeps_one_copy(tmp_path: Path,
         assert first.adopted == 1 and first.published == 10
         assert not (directory / f"ended-incarnation{SUFFIX}").exists()
         # Put the same outbox back with no cursor: everything goes again, and the stream drops every copy.
-        writer = OutboxWriter.create(directory, header)
-        sink = OutboxEventSink(CLUSTER, _emitter(header), writer)
-        for i in range(300):
-            sink.emit(_event(i))
-            if i % 30 == 29:
-                sink.flush()
-        sink.flush()
-        writer.close()
+        _ended_outbox(directory, header, 300, 30)
         second = EventRelay(nc, CLUSTER, directory, None, LOG)
         await second._adopt_ended(stop)
         assert second.published == 10
@@ -273,16 +272,10 @@ def test_a_message_published_before_a_crash_is_published_again_exactly_as_planne
         nc = await _connect(server.url)
         directory = tmp_path / "outbox"
         header = OutboxHeader(CLUSTER, "broker", 9, "crashed")
-        writer = OutboxWriter.create(directory, header)
-        sink = OutboxEventSink(CLUSTER, _emitter(header), writer)
-        for i in range(50):
-            sink.emit(_event(i))
-            if i % 10 == 9:
-                sink.flush()  # five records of ten events
-        writer.close()
-        records = list(OutboxReader(writer.path).records(0))
+        path = _ended_outbox(directory, header, 50, 10)  # five records of ten events
+        records = list(OutboxReader(path).records(0))
         assert len(records) == 5
-        GroupsFile(writer.path).append([(records[0].position, records[1].end)])
+        GroupsFile(path).append([(records[0].position, records[1].end)])
         js = nc.jetstream()
         await ensure_events_stream(js, CLUSTER)
         message_id = events_message_id("broker", 9, "crashed", 0)

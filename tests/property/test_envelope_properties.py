@@ -9,10 +9,6 @@ and checks that the only thing that escapes is InvalidEvent.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import types
-import typing
-from typing import Annotated, Any
 
 import msgpack
 import pytest
@@ -27,32 +23,14 @@ from hightide.protocol.envelope import (
     from_plain,
     to_plain,
 )
-from hightide.protocol.events import CATALOGUE, Event, IntRange, InvalidEvent
-
-
-def values_of(hint: object) -> st.SearchStrategy[Any]:
-    origin = typing.get_origin(hint)
-    if origin is Annotated:
-        base, *metadata = typing.get_args(hint)
-        ranges = [m for m in metadata if isinstance(m, IntRange)]
-        return st.integers(ranges[0].low, ranges[0].high) if ranges else values_of(base)
-    if origin is tuple:
-        args = typing.get_args(hint)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return st.lists(values_of(args[0]), max_size=4).map(tuple)
-        return st.tuples(*(values_of(a) for a in args))
-    if origin in (typing.Union, types.UnionType):
-        return st.one_of(*(values_of(a) for a in typing.get_args(hint)))
-    if hint is type(None):
-        return st.none()
-    return {str: st.text(max_size=12), bool: st.booleans(), int: st.integers(-(2**63), 2**63 - 1)}[hint]  # type: ignore[index]
+from hightide.protocol.events import CATALOGUE, Event, InvalidEvent
+from support.event_strategies import events_of
 
 
 @st.composite
 def events(draw: st.DrawFn, event_class: type[Event] | None = None) -> Event:
     event_class = event_class or draw(st.sampled_from(list(CATALOGUE.values())))
-    hints = typing.get_type_hints(event_class, include_extras=True)
-    return event_class(**{f.name: draw(values_of(hints[f.name])) for f in dataclasses.fields(event_class)})
+    return draw(events_of(event_class))
 
 
 @st.composite

@@ -8,13 +8,9 @@ the archiver's own tests drive the same writer from a real nats-server.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import tempfile
-import types
-import typing
 from pathlib import Path
-from typing import Annotated, Any
 
 import pyarrow.parquet as pq
 from hypothesis import given, settings
@@ -30,37 +26,14 @@ from hightide.lake import (
 )
 from hightide.lake.layout import WALL_MS_MAX
 from hightide.protocol.envelope import Emitter, Envelope, encode_envelopes
-from hightide.protocol.events import CATALOGUE, Event, IntRange, RecordsAppended, TopicCreated
+from hightide.protocol.events import CATALOGUE, Event, RecordsAppended, TopicCreated
 from hightide.runtime.logging import get_logger
+from support.event_strategies import events_of
 
 LOG = get_logger("test.lake")
 HOUR_MS = 3_600_000
 # 2026-03-01T00:00:00Z
 MARCH_1_MS = 1_772_323_200_000
-
-
-def values_of(hint: object) -> st.SearchStrategy[Any]:
-    origin = typing.get_origin(hint)
-    if origin is Annotated:
-        base, *metadata = typing.get_args(hint)
-        ranges = [m for m in metadata if isinstance(m, IntRange)]
-        return st.integers(ranges[0].low, ranges[0].high) if ranges else values_of(base)
-    if origin is tuple:
-        args = typing.get_args(hint)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return st.lists(values_of(args[0]), max_size=3).map(tuple)
-        return st.tuples(*(values_of(a) for a in args))
-    if origin in (typing.Union, types.UnionType):
-        return st.one_of(*(values_of(a) for a in typing.get_args(hint)))
-    if hint is type(None):
-        return st.none()
-    return {str: st.text(max_size=8), bool: st.booleans(), int: st.integers(-(2**63), 2**63 - 1)}[hint]  # type: ignore[index]
-
-
-@st.composite
-def events_of(draw: st.DrawFn, event_class: type[Event]) -> Event:
-    hints = typing.get_type_hints(event_class, include_extras=True)
-    return event_class(**{f.name: draw(values_of(hints[f.name])) for f in dataclasses.fields(event_class)})
 
 
 @st.composite
