@@ -302,14 +302,21 @@ def validate_batches(buf: Buffer, *, deep: bool = False, max_batch_bytes: int | 
                 )
         header = read_batch_header(buf, pos)
         check_crc(buf, pos, header)
-        if deep and header.compression is Compression.NONE:
-            _check_records_in_place(buf, pos, header)
-        elif deep:
-            _check_offset_deltas(pos, header, _decode_records_at(buf, pos, header))
+        if deep:
+            check_batch_records(buf, pos, header)
         headers.append(header)
         pos += header.size
     assert pos == end
     return headers
+
+
+def check_batch_records(buf: Buffer, pos: int, header: BatchHeader) -> None:
+    """The deep check of the batch at pos whose CRC is already checked (Kafka's `LogValidator`): its records
+    decode, their count is the header's, and their offset deltas are 0..n-1. No CRC is computed again."""
+    if header.compression is Compression.NONE:
+        _check_records_in_place(buf, pos, header)
+    else:
+        _check_offset_deltas(pos, header, _decode_records_at(buf, pos, header))
 
 
 def _check_records_in_place(buf: Buffer, pos: int, header: BatchHeader) -> None:  # noqa: PLR0915

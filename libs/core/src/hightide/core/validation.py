@@ -1,0 +1,67 @@
+"""What a replica checks of record batches before they may be appended: a producer's (Kafka's
+`UnifiedLog.analyzeAndValidateRecords` then `LogValidator`) and a leader's, fetched by a follower.
+
+Room: libs/core (rules as pure functions over bytes). Each batch's CRC is computed once; the headers returned are
+the summary the replica core and the storage engine use afterwards, so nothing parses the same bytes again.
+A refusal is `InvalidRecordBatch` carrying Kafka's error code.
+
+| check                                               | producer's batches           | fetched from a leader |
+| --------------------------------------------------- | ---------------------------- | --------------------- |
+| at least one batch, whole, magic 2, CRC-32C         | CORRUPT_MESSAGE              | CORRUPT_MESSAGE       |
+| each batch <= max.message.bytes                     | RECORD_TOO_LARGE             | no (ignoreRecordSize) |
+| all batches <= segment.bytes                        | RECORD_LIST_TOO_LARGE        | no: storage rolls     |
+| records > 0 and lastOffsetDelta + 1 == records      | INVALID_RECORD               | no                    |
+| no control batch                                    | INVALID_RECORD               | no                    |
+| records decode, offset deltas 0..n-1                | INVALID_RECORD (or CORRUPT)  | no                    |
+
+Kafka's follower skips the size limit (`appendAsFollower` passes `ignoreRecordSize = true`): the leader already
+accepted the batch under the topic's limits, which may have changed since.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+from hightide.protocol.errors import ErrorCode
+from hightide.protocol.records import BatchHeader, InvalidRecordBatch, check_batch_records, validate_batches
+
+
+def validate_produce(records: bytes, *, max_message_bytes: int, segment_bytes: int) -> list[BatchHeader]:
+    """A producer's batches for one partition, checked as a leader checks them before assigning offsets."""
+    if not records:
+        raise InvalidRecordBatch("no record batches to append", ErrorCode.INVALID_RECORD)
+    headers = validate_batches(records, max_batch_bytes=max_message_bytes)
+    if len(records) > segment_bytes:
+        raise InvalidRecordBatch(
+            f"{len(records)} bytes exceed segment.bytes {segment_bytes}", ErrorCode.RECORD_LIST_TOO_LARGE
+        )
+    for header in headers:
+        if header.record_count <= 0 or header.last_offset_delta + 1 != header.record_count:
+            raise InvalidRecordBatch(
+                f"batch has {header.record_count} records but offset delta {header.last_offset_delta}",
+                ErrorCode.INVALID_RECORD,
+            )
+        if header.is_control:
+            raise InvalidRecordBatch("clients may not write control batches", ErrorCode.INVALID_RECORD)
+    # Then every record is decoded, as Kafka's LogValidator reads each one: a batch whose CRC matches but whose
+    # records do not parse would otherwise be stored, and every consumer would stop at it.
+    position = 0
+    for header in headers:
+        check_batch_records(records, position, header)
+        position += header.size
+    return headers
+
+
+def validate_replicated(records: bytes) -> list[BatchHeader]:
+    """A leader's batches as a follower fetched them: whole, intact (one CRC each), in order of offsets."""
+    headers = validate_batches(records)
+    for previous, header in pairwise(headers):
+        if header.base_offset != previous.next_offset:
+            raise InvalidRecordBatch(
+                f"batch at offset {header.base_offset} does not follow the one ending at {previous.last_offset}",
+                ErrorCode.CORRUPT_MESSAGE,
+            )
+    return headers
+
+
+__all__ = ["validate_produce", "validate_replicated"]
