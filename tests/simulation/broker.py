@@ -20,8 +20,9 @@ from hightide.core.epoch_cache import EpochEntry, LeaderEpochCache
 from hightide.core.partition import Partition, PartitionConfig
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.events import Event
-from hightide.protocol.messages import AlterPartitionResponse, FetchPartition, FetchRequest, FetchResponsePartition
+from hightide.protocol.messages import FetchPartition, FetchRequest, FetchResponsePartition
 from hightide.protocol.records import encode_batch, iter_batch_headers
+from hightide.protocol.wire import AlterPartitionResponse
 from support.memory_replica import MemoryReplica
 
 TopicPartition = tuple[str, int]

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, TypeVar
 from hightide.core.controller import ControllerConfig, ControllerResult, ReplicationControl
 from hightide.core.metadata_image import MetadataImage
 from hightide.protocol.events import ControllerElected, Event, LeaderElected
-from hightide.protocol.messages import AlterPartitionRequest, AlterPartitionResponse
 from hightide.protocol.metadata import MetadataRecord
+from hightide.protocol.wire import AlterPartitionRequest, AlterPartitionResponse
 from simulation.broker import PartitionView
 
 if TYPE_CHECKING:

@@ -34,7 +34,6 @@ from hightide.core.effects import Emit
 from hightide.core.metadata_image import MetadataImage, PartitionRegistration, TopicPartition
 from hightide.protocol import events
 from hightide.protocol.errors import ErrorCode
-from hightide.protocol.messages import AlterPartitionRequest, AlterPartitionResponse
 from hightide.protocol.metadata import (
     NO_LEADER,
     BrokerRegistrationChangeRecord,
@@ -46,6 +45,7 @@ from hightide.protocol.metadata import (
     RemoveTopicRecord,
     TopicRecord,
 )
+from hightide.protocol.wire import AlterPartitionRequest, AlterPartitionResponse
 
 SESSION_MS = 9_000
 R = TypeVar("R")
@@ -937,9 +937,12 @@ def test_alter_partition_checks_in_kafkas_order() -> None:
     bad_isr, member_epochs = (1, 1, 7), (-1, -1, -1)
 
     def answer(**fields: object) -> ErrorCode:
-        values = {f: getattr(good, f) for f in AlterPartitionRequest.__dataclass_fields__} | fields
+        values = {f: getattr(good, f) for f in AlterPartitionRequest.model_fields} | fields
         request = AlterPartitionRequest(**values)  # type: ignore[arg-type]
-        assert cluster.control.alter_partition_error(request) is cluster.control.alter_partition(request).response.error
+        assert (
+            cluster.control.alter_partition_error(request)
+            is cluster.control.alter_partition(request).response.error_code
+        )
         return cluster.control.alter_partition_error(request)
 
     not_leader = {"broker_id": 2, "broker_epoch": cluster.epochs[2]}
@@ -1009,7 +1012,7 @@ def test_invalid_alter_partition_requests() -> None:
 
 
 def vars_of(request: AlterPartitionRequest) -> dict[str, object]:
-    return {f: getattr(request, f) for f in AlterPartitionRequest.__dataclass_fields__}
+    return {f: getattr(request, f) for f in AlterPartitionRequest.model_fields}
 
 
 def replace_request(request: AlterPartitionRequest, **fields: object) -> AlterPartitionRequest:

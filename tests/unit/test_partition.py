@@ -13,13 +13,9 @@ from hightide.core.epoch_cache import EpochEntry, LeaderEpochCache
 from hightide.core.partition import Partition, PartitionConfig
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.events import IsrChangeProposed, LogTruncated
-from hightide.protocol.messages import (
-    CONSUMER_REPLICA_ID,
-    AlterPartitionRequest,
-    AlterPartitionResponse,
-    FetchPartition,
-)
+from hightide.protocol.messages import CONSUMER_REPLICA_ID, FetchPartition
 from hightide.protocol.records import decode_batches
+from hightide.protocol.wire import AlterPartitionRequest, AlterPartitionResponse
 from support.memory_replica import MemoryReplica, produce, replicate
 
 T0 = 1_700_000_000_000
@@ -279,7 +275,7 @@ def _pending_shrink() -> MemoryReplica:
 
 def test_an_ineligible_replica_answer_reverts_to_the_committed_isr() -> None:
     leader = _pending_shrink()
-    answer = AlterPartitionResponse("orders", 0, ErrorCode.INELIGIBLE_REPLICA)
+    answer = AlterPartitionResponse(topic="orders", partition=0, error=ErrorCode.INELIGIBLE_REPLICA)
     leader.apply(leader.partition.on_alter_partition_response(answer, T0 + LAG_MS + 2))
     assert not leader.partition.isr_state.inflight and leader.partition.isr == {1, 2, 3}
 
@@ -287,13 +283,13 @@ def test_an_ineligible_replica_answer_reverts_to_the_committed_isr() -> None:
 def test_a_fenced_answer_waits_for_new_metadata_and_other_errors_retry_after_the_backoff() -> None:
     leader = _pending_shrink()
     sent = len(leader.sent)
-    fenced = AlterPartitionResponse("orders", 0, ErrorCode.FENCED_LEADER_EPOCH)
+    fenced = AlterPartitionResponse(topic="orders", partition=0, error=ErrorCode.FENCED_LEADER_EPOCH)
     leader.apply(leader.partition.on_alter_partition_response(fenced, T0 + LAG_MS + 2))
     assert leader.partition.isr_state.inflight and len(leader.sent) == sent
     backoff = leader.partition.config.alter_partition_retry_backoff_ms
     for error in (ErrorCode.NOT_CONTROLLER, ErrorCode.STALE_BROKER_EPOCH):
         refused_at = T0 + LAG_MS + 3
-        answer = AlterPartitionResponse("orders", 0, error)
+        answer = AlterPartitionResponse(topic="orders", partition=0, error=error)
         leader.apply(leader.partition.on_alter_partition_response(answer, refused_at))
         assert len(leader.sent) == sent, "a refusal is not answered by an immediate resend (no busy loop)"
         leader.apply(leader.partition.tick(refused_at + backoff - 1))
@@ -305,7 +301,9 @@ def test_a_fenced_answer_waits_for_new_metadata_and_other_errors_retry_after_the
 
 def test_a_stale_commit_is_ignored() -> None:
     leader = _pending_shrink()
-    stale = AlterPartitionResponse("orders", 0, ErrorCode.NONE, 1, 0, (1, 2), partition_epoch=-5)
+    stale = AlterPartitionResponse(
+        topic="orders", partition=0, error=ErrorCode.NONE, leader=1, leader_epoch=0, isr=(1, 2), partition_epoch=-5
+    )
     leader.apply(leader.partition.on_alter_partition_response(stale, T0 + LAG_MS + 2))
     assert leader.partition.isr == {1, 2, 3}
 

@@ -58,7 +58,6 @@ from hightide.core.placement import Choose, InvalidReplicaAssignment, assign_rep
 from hightide.protocol import events
 from hightide.protocol.errors import ErrorCode, HightideError
 from hightide.protocol.events import Event
-from hightide.protocol.messages import AlterPartitionRequest, AlterPartitionResponse
 from hightide.protocol.metadata import (
     NO_LEADER,
     NO_LEADER_CHANGE,
@@ -73,6 +72,7 @@ from hightide.protocol.metadata import (
     TopicRecord,
     UnregisterBrokerRecord,
 )
+from hightide.protocol.wire import AlterPartitionRequest, AlterPartitionResponse
 
 RECORDS_PER_REQUEST_MAX: Final = 10_000
 """Kafka's MAX_RECORDS_PER_USER_OP: the most records one admin request may produce."""
@@ -957,7 +957,7 @@ class ReplicationControl:
         error = self.alter_partition_error(request)
         work = _Decision(self._image)
         if error is not ErrorCode.NONE:
-            response = AlterPartitionResponse(topic=request.topic, partition=request.partition, error=error)
+            response = AlterPartitionResponse(topic=request.topic, partition=request.partition, error=int(error))
             work.events.append(_answered(request, response))
             return self._result(work, response)
         topic = self._image.topic(request.topic)
@@ -985,7 +985,7 @@ class ReplicationControl:
         response = AlterPartitionResponse(
             topic=request.topic,
             partition=request.partition,
-            error=ErrorCode.NONE,
+            error=int(ErrorCode.NONE),
             leader=after.leader,
             leader_epoch=after.leader_epoch,
             isr=after.isr,
@@ -1412,7 +1412,7 @@ def _partition_changed(
 
 
 def _answered(request: AlterPartitionRequest, response: AlterPartitionResponse) -> events.AlterPartitionAnswered:
-    committed = response.error is ErrorCode.NONE
+    committed = response.error_code is ErrorCode.NONE
     return events.AlterPartitionAnswered(
         topic=request.topic,
         partition=request.partition,
@@ -1420,5 +1420,5 @@ def _answered(request: AlterPartitionRequest, response: AlterPartitionResponse) 
         leader_epoch=request.leader_epoch,
         partition_epoch=response.partition_epoch if committed else request.partition_epoch,
         proposed_isr=tuple(request.new_isr),
-        error=response.error.name,
+        error=response.error_code.name,
     )

@@ -53,11 +53,10 @@ from hightide.protocol.messages import (
     CONSUMER_REPLICA_ID,
     NO_EPOCH,
     NO_OFFSET,
-    AlterPartitionRequest,
-    AlterPartitionResponse,
     FetchPartition,
     FetchResponsePartition,
 )
+from hightide.protocol.wire import AlterPartitionRequest, AlterPartitionResponse
 
 ACKS_ALL: Final = -1
 NO_LEADER: Final = -1
@@ -510,7 +509,7 @@ class Partition:
         """Kafka's handleAlterPartitionUpdate / handleAlterPartitionError."""
         if not self.is_leader or not self.isr_state.inflight:
             return []
-        error = response.error
+        error = response.error_code
         if error is ErrorCode.NONE:
             if response.leader_epoch != self.leader_epoch or response.partition_epoch < self.partition_epoch:
                 return []

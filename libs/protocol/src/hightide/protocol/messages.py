@@ -65,31 +65,3 @@ class FetchResponsePartition:
     diverging_end_offset: int = NO_OFFSET
     records: bytes = b""
     batches: tuple[BatchSummary, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class AlterPartitionRequest:
-    """A leader's ISR proposal, guarded by its leader epoch and the partition epoch it last saw. Each ISR
-    member carries its broker epoch (-1 when unknown) so the controller can refuse a restarted broker."""
-
-    broker_id: int
-    broker_epoch: int
-    topic: str
-    partition: int
-    leader_epoch: int
-    partition_epoch: int
-    new_isr: tuple[int, ...]
-    new_isr_broker_epochs: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class AlterPartitionResponse:
-    """The controller's answer: the partition's state after the change (or the error)."""
-
-    topic: str
-    partition: int
-    error: ErrorCode
-    leader: int = -1
-    leader_epoch: int = NO_EPOCH
-    isr: tuple[int, ...] = ()
-    partition_epoch: int = NO_EPOCH

@@ -481,7 +481,7 @@ class BrokerService:
         return out
 
     def _send(self, destination: int, message: object) -> None:
-        assert destination == CONTROLLER and isinstance(message, messages.AlterPartitionRequest), message
+        assert destination == CONTROLLER and isinstance(message, wire.AlterPartitionRequest), message
         self._spawn(self._alter_partition(message))
 
     def _spawn(self, coroutine: Any) -> None:
@@ -491,19 +491,9 @@ class BrokerService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _alter_partition(self, message: messages.AlterPartitionRequest) -> None:
-        body = wire.AlterPartitionRequest(
-            broker_id=message.broker_id,
-            broker_epoch=message.broker_epoch,
-            topic=message.topic,
-            partition=message.partition,
-            leader_epoch=message.leader_epoch,
-            partition_epoch=message.partition_epoch,
-            new_isr=message.new_isr,
-            new_isr_broker_epochs=message.new_isr_broker_epochs,
-        )
+    async def _alter_partition(self, message: wire.AlterPartitionRequest) -> None:
         try:
-            answer = await self._controller(ControllerApi.ALTER_PARTITION, body, wire.AlterPartitionResponse)
+            answer = await self._controller(ControllerApi.ALTER_PARTITION, message, wire.AlterPartitionResponse)
         except RequestFailed as error:
             self.log.info("alter_partition_unanswered", error=error.error_code.name, topic=message.topic)
             return  # the core sends it again after alter.partition timeout
@@ -515,18 +505,12 @@ class BrokerService:
                 partition=message.partition,
                 new_isr=list(message.new_isr),
             )
-        response = messages.AlterPartitionResponse(
-            topic=message.topic,  # the answer to this request: a top-level error carries no topic
-            partition=message.partition,
-            error=answer.error_code,
-            leader=answer.leader,
-            leader_epoch=answer.leader_epoch,
-            isr=answer.isr,
-            partition_epoch=answer.partition_epoch,
-        )
+        # The answer to this request: a top-level error carries no topic.
+        response = answer.model_copy(update={"topic": message.topic, "partition": message.partition})
         await self.inbox.put("alter_partition_response", response)
 
-    def _on_alter_partition_response(self, response: messages.AlterPartitionResponse) -> None:
+    def _on_alter_partition_response(self, response: wire.AlterPartitionResponse) -> None:
+        assert response.topic is not None and response.partition is not None
         replica = self.replicas.get(TopicPartition(response.topic, response.partition))
         if replica is not None:
             now = _now_ms()

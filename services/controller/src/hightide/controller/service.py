@@ -31,7 +31,7 @@ from nats.aio.msg import Msg
 
 from hightide.core.controller import ControllerConfig, ControllerResult, ReplicationControl
 from hightide.core.metadata_image import MetadataImage
-from hightide.protocol import messages, wire
+from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode, HightideError
 from hightide.protocol.events import ControllerElected, LeaderElected
 from hightide.protocol.metadata import MetadataBatch
@@ -297,26 +297,8 @@ class ControllerService:
     async def _on_alter_partition(self, msg: Msg) -> wire.Response:
         request = wire.decode(wire.AlterPartitionRequest, msg.data)
         assert self.control is not None
-        core_request = messages.AlterPartitionRequest(
-            broker_id=request.broker_id,
-            broker_epoch=request.broker_epoch,
-            topic=request.topic,
-            partition=request.partition,
-            leader_epoch=request.leader_epoch,
-            partition_epoch=request.partition_epoch,
-            new_isr=request.new_isr,
-            new_isr_broker_epochs=request.new_isr_broker_epochs,
-        )
-        answer: messages.AlterPartitionResponse = await self._commit(self.control.alter_partition(core_request))
-        return wire.AlterPartitionResponse(
-            error=int(answer.error),
-            topic=answer.topic,
-            partition=answer.partition,
-            leader=answer.leader,
-            leader_epoch=answer.leader_epoch,
-            isr=answer.isr,
-            partition_epoch=answer.partition_epoch,
-        )
+        answer: wire.AlterPartitionResponse = await self._commit(self.control.alter_partition(request))
+        return answer
 
     async def _on_create_topics(self, msg: Msg) -> wire.Response:
         request = wire.decode(wire.CreateTopicsRequest, msg.data)
