@@ -24,7 +24,8 @@ from hightide.core.epoch_cache import EpochEntry, LeaderEpochCache
 from hightide.core.partition import Partition, PartitionConfig
 from hightide.protocol.envelope import Emitter, Envelope
 from hightide.protocol.errors import ErrorCode
-from hightide.protocol.messages import BatchSummary, FetchResponsePartition
+from hightide.protocol.records import BatchHeader
+from hightide.protocol.wire import FetchPartitionResponse
 from simulation.simulator import Simulation
 
 EPOCH_MAX = 12
@@ -99,12 +100,12 @@ class RecordedReplica:
                 self.leader_epoch += 1
                 self.record(core.make_follower(2, self.leader_epoch, self.leader_epoch, (1, 2), (1, 2)))
             base = core.log_end_offset
-            batch = BatchSummary(base, base + a - 1, self.leader_epoch)
-            self.record(core.on_fetch_response(2, self._answer(hw=0, batches=(batch,)), self.now_ms))
+            batch = _header(base, base + a - 1, self.leader_epoch)
+            self.record(core.on_fetch_response(2, self._answer(hw=0, records=True), (batch,), self.now_ms))
         elif name == "follow_hw":
-            self.record(core.on_fetch_response(2, self._answer(hw=a), self.now_ms))
+            self.record(core.on_fetch_response(2, self._answer(hw=a), (), self.now_ms))
         elif name == "diverge" and isinstance(b, int):
-            effects = core.on_fetch_response(2, self._answer(hw=0, diverging=(a, b)), self.now_ms)
+            effects = core.on_fetch_response(2, self._answer(hw=0, diverging=(a, b)), (), self.now_ms)
             assert all(not isinstance(e, Truncate) or e.offset >= 0 for e in effects)
             self.record(effects)
         elif name == "retain":
@@ -117,20 +118,17 @@ class RecordedReplica:
             hw = max(min(core.high_watermark, leo), core.log_start_offset)
             self.core = self._new_core(core.log_start_offset, leo, hw, cache, "recovered")
 
-    def _answer(
-        self, hw: int, batches: tuple[BatchSummary, ...] = (), diverging: tuple[int, int] = (-1, -1)
-    ) -> FetchResponsePartition:
-        return FetchResponsePartition(
-            "t",
-            0,
-            ErrorCode.NONE,
+    def _answer(self, hw: int, records: bool = False, diverging: tuple[int, int] = (-1, -1)) -> FetchPartitionResponse:
+        return FetchPartitionResponse(
+            topic="t",
+            partition=0,
+            error=ErrorCode.NONE,
             high_watermark=hw,
             log_start_offset=0,
             log_end_offset=60,
             diverging_epoch=diverging[0],
             diverging_end_offset=diverging[1],
-            records=b"x" if batches else b"",
-            batches=batches,
+            records=b"x" if records else b"",
         )
 
     def state(self) -> ReplicaState:
@@ -170,3 +168,10 @@ def test_a_history_rebuilds_the_same_in_any_arrival_order_with_duplicates(
     arrived = list(history) + [e for e in history if shuffler.random() < duplicated]
     shuffler.shuffle(arrived)
     assert rebuild(arrived) == expected
+
+
+def _header(base: int, last: int, leader_epoch: int) -> BatchHeader:
+    """The header a follower's validation would return for a batch of offsets [base, last] (the core reads only
+    the offsets, the leader epoch and the producer fields, none here)."""
+    count = last - base + 1
+    return BatchHeader(base, 49 + count, leader_epoch, 2, 0, 0, count - 1, 0, 0, -1, -1, -1, count)

@@ -1,13 +1,14 @@
-"""A simulated broker: the pure Partition cores on a disk that can lose its unflushed tail, wired to the network.
+"""A simulated broker: the real ReplicaManager over a simulated disk, wired to the simulated network.
 
-It follows each partition's committed state (from the metadata log) by becoming leader or follower, runs one
-fetch session per leader with every partition it follows from that leader in one request (as Kafka's replica
-fetcher does), serves produce and fetch, and routes what the cores send (AlterPartition to the controller,
-produce answers to clients). A crash may cut each log back anywhere between its last flush and its end; a
-restart rebuilds every core from what the disk holds, as a broker's log recovery would, and is a new
-incarnation of the broker process. Like the real broker's shell, it announces each replica it opens (created, or
-recovered at a restart: LogOpened) and deletes (LogDeleted), and collects every event with the incarnation that
-emitted it.
+Every protocol decision is the replica manager's (hightide.core.replica_manager), the very object the broker
+service drives. What is fake here is only what the simulator fakes: the disk (`MemoryDisk`), the network (messages
+in the simulator's queue), and the clocks (the simulator's time as this process's monotonic clock from an origin
+of its own, and a wall clock of this broker's own that may be skewed and jump). This module is the shell: it hands
+the manager its inputs and carries out the effects in order, as the broker service does, and feeds a refused
+storage effect back as an input.
+
+A crash ends the process (the manager and everything in memory go; the disk stays, maybe cut back); a restart
+builds a new manager from what the disk holds, as a new incarnation that must register again.
 """
 
 from __future__ import annotations
@@ -15,289 +16,180 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from hightide.core.effects import CompleteProduce
-from hightide.core.epoch_cache import EpochEntry, LeaderEpochCache
-from hightide.core.partition import Partition, PartitionConfig
-from hightide.protocol.errors import ErrorCode
+from hightide.core.clock import MonoMs, Now, WallMs
+from hightide.core.effects import (
+    CONTROLLER,
+    AnswerFetch,
+    AnswerProduce,
+    CheckpointHighWatermarks,
+    Effect,
+    Emit,
+    EnforceRetention,
+    Send,
+    SendFetch,
+    StorageEffect,
+)
+from hightide.core.metadata_image import MetadataImage, TopicPartition
+from hightide.core.partition import Partition
+from hightide.core.replica_manager import ReplicaManager, ReplicaManagerConfig
+from hightide.protocol import wire
 from hightide.protocol.events import Event
-from hightide.protocol.messages import FetchPartition, FetchRequest, FetchResponsePartition
-from hightide.protocol.records import encode_batch, iter_batch_headers
-from hightide.protocol.wire import AlterPartitionResponse
-from support.memory_replica import MemoryReplica
-
-TopicPartition = tuple[str, int]
-FETCH_TIMEOUT_MS = 200
-FETCH_BACKOFF_MS = 20
+from simulation.disk import DiskFailure, MemoryDisk
 
 
 @dataclass(frozen=True)
-class PartitionView:
-    """A partition's committed state as the metadata log says it."""
+class Request:
+    """A client's or follower's request to a broker; `tag` is the sender's, echoed in the answer."""
 
-    leader: int
-    leader_epoch: int
-    partition_epoch: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
+    tag: int
+    body: wire.ProduceRequest | wire.FetchRequest
 
 
 @dataclass(frozen=True)
-class FetchResponse:
-    partitions: tuple[FetchResponsePartition, ...]
+class Answer:
+    tag: int
+    body: wire.ProduceResponse | wire.FetchResponse
 
 
 @dataclass(frozen=True)
-class ProduceRequest:
-    request_id: int
-    topic: str
-    partition: int
-    values: tuple[bytes, ...]
-    acks: int
-    timeout_ms: int
+class ControllerAnswer:
+    """The controller's answer to a broker's AlterPartition, with the request it answers (as an RPC pairs them)."""
 
-
-@dataclass(frozen=True)
-class ProduceResponse:
-    request_id: int
-    topic: str
-    partition: int
-    error: ErrorCode
-    base_offset: int
-    last_offset: int
+    request: wire.AlterPartitionRequest
+    response: wire.AlterPartitionResponse
 
 
 @dataclass
 class SimBroker:
     broker_id: int
-    config: PartitionConfig
+    config: ReplicaManagerConfig
     rng: random.Random
-    replicas: dict[TopicPartition, MemoryReplica] = field(default_factory=dict)
-    flushed_end: dict[TopicPartition, int] = field(default_factory=dict)
-    views: dict[TopicPartition, PartitionView] = field(default_factory=dict)
-    partition_class: type[Partition] = Partition
-    alive: bool = True
-    registered: bool = True  # a restarted broker acts on partition state only once it has registered again
-    broker_epoch: int = -1
-    broker_epochs: dict[int, int] = field(default_factory=dict)
-    fetch_deadline_ms: dict[int, int] = field(default_factory=dict)
-    producers: dict[int, int] = field(default_factory=dict)  # request id -> client node
+    disk: MemoryDisk
+    partition_class: type[Partition] = Partition  # a mutant's variant of the protocol, or the real one
+    manager_class: type[ReplicaManager] = ReplicaManager
+    manager: ReplicaManager | None = None  # None while the process is down
+    crashed_replicas: dict[TopicPartition, Partition] = field(default_factory=dict)  # the cores as they were
+    alive: bool = False
+    incarnation: int = -1  # the process: a restart is a new one
+    mono_origin_ms: int = 0  # this process's monotonic clock reads sim time + origin
+    wall_skew_ms: int = 0  # this broker's wall clock reads sim time + skew (it may jump)
     outbox: list[tuple[int, object]] = field(default_factory=list)
-    completions: list[tuple[TopicPartition, CompleteProduce]] = field(default_factory=list)
-    retention_probability: float = 0.0  # per tick and replica: delete a committed prefix of the log
-    incarnation: int = 0  # the process: a restart is a new one
     events: list[tuple[int, Event]] = field(default_factory=list)  # (incarnation, event) in emission order
+    answered: list[tuple[int, int, wire.ProduceResponse]] = field(default_factory=list)  # (client, tag, answer)
+    _requests: dict[int, tuple[int, int]] = field(default_factory=dict)  # request id -> (source, tag)
+    _request_ids: int = 0
 
-    # -- metadata ------------------------------------------------------------------------------------------
+    # -- the process ---------------------------------------------------------------------------------------------
 
-    def apply_view(self, tp: TopicPartition, view: PartitionView, now_ms: int) -> None:
-        """Lead or follow as the committed partition state says (Kafka's makeLeader / makeFollower)."""
-        if self.views.get(tp) == view or self.broker_id not in view.replicas:
-            return
-        self.views[tp] = view
-        replica = self.replicas.get(tp)
-        if replica is None:
-            replica = MemoryReplica(self.broker_id, self.partition_class(tp[0], tp[1], self.broker_id, self.config))
-            self.replicas[tp] = replica
-            self.flushed_end[tp] = 0
-            self._apply(tp, replica, replica.partition.log_opened("created"))
-        replica.partition.broker_epochs = self.broker_epochs
-        replica.partition.local_broker_epoch = self.broker_epoch
-        core = replica.partition
-        if view.leader == self.broker_id:
-            effects = core.make_leader(view.leader_epoch, view.partition_epoch, view.replicas, view.isr, now_ms)
-        else:
-            effects = core.make_follower(view.leader, view.leader_epoch, view.partition_epoch, view.replicas, view.isr)
-        self._apply(tp, replica, effects)
-
-    def delete_replica(self, tp: TopicPartition) -> None:
-        """The partition left the metadata (its topic was deleted): drop its log and core."""
-        replica = self.replicas.pop(tp)
-        self.views.pop(tp, None)
-        self.flushed_end.pop(tp, None)
-        self._apply(tp, replica, replica.partition.log_deleted("topic_deleted"))
-
-    def set_broker_epochs(self, epochs: dict[int, int]) -> None:
-        """The unfenced brokers and their epochs, as metadata says (ISR eligibility)."""
-        self.broker_epochs.clear()
-        self.broker_epochs.update(epochs)
-
-    # -- messages ------------------------------------------------------------------------------------------
-
-    def handle(self, source: int, message: object, now_ms: int) -> None:
-        if isinstance(message, FetchRequest):
-            self._on_fetch(source, message, now_ms)
-        elif isinstance(message, FetchResponse):
-            self._on_fetch_response(source, message, now_ms)
-        elif isinstance(message, ProduceRequest):
-            self._on_produce(source, message, now_ms)
-        else:
-            self._on_controller_message(message, now_ms)
-
-    def _on_fetch(self, source: int, request: FetchRequest, now_ms: int) -> None:
-        answers = []
-        for fetch in request.partitions:
-            tp = (fetch.topic, fetch.partition)
-            replica = self.replicas.get(tp)
-            if replica is None:
-                answers.append(FetchResponsePartition(fetch.topic, fetch.partition, ErrorCode.NOT_LEADER_OR_FOLLOWER))
-                continue
-            effects = replica.partition.on_fetch(request.replica_id, request.broker_epoch, fetch, now_ms)
-            answers += self._apply(tp, replica, effects)
-        self.outbox.append((source, FetchResponse(tuple(answers))))
-
-    def _on_fetch_response(self, source: int, response: FetchResponse, now_ms: int) -> None:
-        self.fetch_deadline_ms[source] = now_ms + FETCH_BACKOFF_MS
-        for answer in response.partitions:
-            tp = (answer.topic, answer.partition)
-            replica = self.replicas.get(tp)
-            if replica is not None:
-                self._apply(tp, replica, replica.partition.on_fetch_response(source, answer, now_ms))
-
-    def _on_produce(self, source: int, request: ProduceRequest, now_ms: int) -> None:
-        tp = (request.topic, request.partition)
-        replica = self.replicas.get(tp)
-        if replica is None:
-            self.outbox.append(
-                (source, ProduceResponse(request.request_id, tp[0], tp[1], ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1))
-            )
-            return
-        self.producers[request.request_id] = source
-        records = encode_batch(list(request.values), timestamps=now_ms)
-        effects = replica.partition.append_as_leader(
-            request.request_id, records, len(request.values), request.acks, now_ms, request.timeout_ms
-        )
-        self._apply(tp, replica, effects)
-
-    def _on_controller_message(self, message: object, now_ms: int) -> None:
-        if isinstance(message, AlterPartitionResponse):
-            tp = (message.topic, message.partition)
-            replica = self.replicas.get(tp)
-            if replica is not None:
-                self._apply(tp, replica, replica.partition.on_alter_partition_response(message, now_ms))
-
-    # -- time ----------------------------------------------------------------------------------------------
-
-    def tick(self, now_ms: int) -> None:
-        for tp, replica in self.replicas.items():
-            self._apply(tp, replica, replica.partition.tick(now_ms))
-            if self.retention_probability > 0 and self.rng.random() < self.retention_probability:
-                self._delete_prefix(tp, replica)
-        self._send_fetches(now_ms)
-
-    def _delete_prefix(self, tp: TopicPartition, replica: MemoryReplica) -> None:
-        """Retention as the storage engine does it: whole batches wholly below the HW go, the log start offset
-        moves to the first one kept, and the core follows (cutting its epoch cache there)."""
-        core = replica.partition
-        boundaries = [b for b in _batch_ends(replica) if core.log_start_offset < b <= core.high_watermark]
-        if not boundaries:
-            return
-        start = self.rng.choice(boundaries)
-        log = replica.log
-        log.batches = [b for b in log.batches if next(iter_batch_headers(b))[1].last_offset >= start]
-        log.entries = [entry for entry in log.entries if entry[0] >= start]
-        log.start_offset = start
-        self._apply(tp, replica, core.advance_log_start_offset(start, "retention"))
-
-    def _send_fetches(self, now_ms: int) -> None:
-        """One fetch per leader, holding every partition followed from it, unless one is still in flight."""
-        by_leader: dict[int, list[FetchPartition]] = {}
-        for replica in self.replicas.values():
-            core = replica.partition
-            if core.leader >= 0 and core.leader != self.broker_id:
-                by_leader.setdefault(core.leader, []).append(core.fetch_partition(max_bytes=4096))
-        for leader, partitions in by_leader.items():
-            if now_ms >= self.fetch_deadline_ms.get(leader, 0):
-                request = FetchRequest(self.broker_id, self.broker_epoch, tuple(partitions))
-                self.outbox.append((leader, request))
-                self.fetch_deadline_ms[leader] = now_ms + FETCH_TIMEOUT_MS
-
-    def flush(self) -> None:
-        for tp, replica in self.replicas.items():
-            self.flushed_end[tp] = replica.leo
-
-    # -- crashes -------------------------------------------------------------------------------------------
+    def start(self, sim_now_ms: int) -> None:
+        """A new process: a new manager built from the disk, announcing each log it recovered."""
+        assert not self.alive
+        self.incarnation += 1
+        self.mono_origin_ms = self.rng.randrange(0, 10_000_000)  # unrelated to any other process's monotonic clock
+        self.manager = self.manager_class(self.config, self.disk, self.partition_class)
+        self.crashed_replicas = {}
+        self.alive = True
+        now = self.now(sim_now_ms)
+        for state in self.disk.log_states():
+            self._carry_out(self.manager.open_log(state, "recovered", now), now)
 
     def crash(self, lossy: bool) -> dict[TopicPartition, int]:
-        """Stop; a lossy crash cuts each log at a random batch boundary at or after its last flush. Returns
-        how many records each partition lost."""
+        """Stop; a lossy crash cuts each log back (see MemoryDisk.crash). Returns the records each log lost."""
         self.alive = False
+        if self.manager is not None:
+            self.crashed_replicas = dict(self.manager.replicas)
+        self.manager = None
         self.outbox.clear()
-        self.fetch_deadline_ms.clear()
-        lost: dict[TopicPartition, int] = {}
-        if not lossy:
-            return lost
-        for tp, replica in self.replicas.items():
-            boundaries = [b for b in _batch_ends(replica) if b >= self.flushed_end[tp]]
-            cut = self.rng.choice(boundaries) if boundaries else replica.leo
-            if cut < replica.leo:
-                lost[tp] = replica.leo - cut
-                replica.log.truncate(cut)
-        return lost
+        self._requests.clear()
+        return self.disk.crash(lossy)
 
-    def restart(self) -> None:
-        """Rebuild every core from the disk: log, HW checkpoint and epoch checkpoint (truncated to the log), as a
-        new incarnation that announces each replica it recovered."""
-        self.incarnation += 1
-        for tp, old in list(self.replicas.items()):
-            end = _batch_ends(old)[-1]
-            cache = LeaderEpochCache(EpochEntry(e, o) for e, o in old.epoch_checkpoint)
-            cache.truncate_from_end(end)
-            cache.truncate_from_start(old.log.start_offset)
-            core = self.partition_class(
-                tp[0],
-                tp[1],
-                self.broker_id,
-                self.config,
-                log_start_offset=old.log.start_offset,
-                log_end_offset=end,
-                high_watermark=max(min(old.checkpointed_high_watermark, end), old.log.start_offset),
-                epoch_cache=cache,
-            )
-            checkpoint = tuple((e.epoch, e.start_offset) for e in cache.entries)
-            replica = MemoryReplica(
-                self.broker_id,
-                core,
-                old.log,
-                epoch_checkpoint=checkpoint,
-                checkpointed_high_watermark=core.high_watermark,
-            )
-            self.replicas[tp] = replica
-            self.flushed_end[tp] = min(self.flushed_end[tp], end)
-            self._apply(tp, replica, core.log_opened("recovered"))
-        self.views.clear()
-        self.alive = True
-        self.registered = False
+    def now(self, sim_now_ms: int) -> Now:
+        return Now(MonoMs(sim_now_ms + self.mono_origin_ms), WallMs(sim_now_ms + self.wall_skew_ms))
 
-    # -- effects -------------------------------------------------------------------------------------------
+    @property
+    def registered(self) -> bool:
+        return self.manager is not None and self.manager.broker_epoch >= 0
 
-    def _apply(self, tp: TopicPartition, replica: MemoryReplica, effects: list[object]) -> list[FetchResponsePartition]:
-        answers = replica.apply(effects)  # type: ignore[arg-type]
-        self.events += [(self.incarnation, event) for event in replica.events]
-        replica.events.clear()
-        for send in replica.sent:
-            self.outbox.append((send.destination, send.message))
-        replica.sent.clear()
-        for completion in replica.completed:
-            self.completions.append((tp, completion))
-            client = self.producers.pop(completion.request_id, None)
-            if client is not None:
-                response = ProduceResponse(
-                    completion.request_id,
-                    tp[0],
-                    tp[1],
-                    completion.error,
-                    completion.base_offset,
-                    completion.last_offset,
-                )
-                self.outbox.append((client, response))
-        replica.completed.clear()
-        return answers
+    # -- inputs --------------------------------------------------------------------------------------------------
 
+    def registered_as(self, broker_epoch: int, sim_now_ms: int) -> None:
+        manager = self._manager()
+        self._carry_out(manager.on_registered(broker_epoch, self.now(sim_now_ms)), self.now(sim_now_ms))
 
-def _batch_ends(replica: MemoryReplica) -> list[int]:
-    """Every offset at which the log could end after a cut: its start and each batch's end."""
-    ends = [replica.log.start_offset]
-    for batch in replica.log.batches:
-        for _, header in iter_batch_headers(batch):
-            ends.append(header.next_offset)
-    return ends
+    def follow_metadata(self, image: MetadataImage, sim_now_ms: int) -> None:
+        manager = self._manager()
+        if manager.image is image:
+            return
+        self._input(manager.on_metadata(image, self.now(sim_now_ms)), sim_now_ms)
+
+    def handle(self, source: int, message: object, sim_now_ms: int) -> None:
+        manager = self._manager()
+        now = self.now(sim_now_ms)
+        if isinstance(message, Request):
+            self._request_ids += 1
+            self._requests[self._request_ids] = (source, message.tag)
+            if isinstance(message.body, wire.ProduceRequest):
+                self._input(manager.on_produce(self._request_ids, message.body, now), sim_now_ms)
+            else:
+                self._input(manager.on_fetch(self._request_ids, message.body, now), sim_now_ms)
+        elif isinstance(message, Answer):
+            assert isinstance(message.body, wire.FetchResponse)
+            self._input(manager.on_fetch_response(source, message.tag, message.body, now), sim_now_ms)
+        elif isinstance(message, ControllerAnswer):
+            self._input(manager.on_alter_partition_response(message.request, message.response, now), sim_now_ms)
+
+    def tick(self, sim_now_ms: int) -> None:
+        self._input(self._manager().tick(self.now(sim_now_ms)), sim_now_ms)
+
+    def _input(self, effects: list[Effect], sim_now_ms: int) -> None:
+        """Carry out an input's effects, then the end-of-input poll (woken fetches, follower fetches due)."""
+        manager = self._manager()
+        now = self.now(sim_now_ms)
+        self._carry_out(effects, now)
+        self._carry_out(manager.poll(now), now)
+
+    def _manager(self) -> ReplicaManager:
+        assert self.manager is not None, f"broker {self.broker_id} is down"
+        return self.manager
+
+    # -- effects -------------------------------------------------------------------------------------------------
+
+    def _carry_out(self, effects: list[Effect], now: Now) -> None:
+        """Each effect in order, as the broker service does; a refused storage effect goes back to the manager
+        with the ones not yet carried out, and what it returns is carried out instead."""
+        manager = self._manager()
+        queue = list(effects)
+        while queue:
+            effect = queue.pop(0)
+            if isinstance(effect, StorageEffect):
+                try:
+                    moved = self.disk.apply(effect, now.wall_ms)
+                except DiskFailure as failure:
+                    queue = manager.on_storage_error(effect, failure.error_code, str(failure), queue, now)
+                    continue
+                if isinstance(effect, EnforceRetention) and moved is not None:
+                    tp = TopicPartition(effect.topic, effect.partition)
+                    queue = manager.on_log_start_advanced(tp, moved, "retention", now) + queue
+                continue
+            match effect:
+                case Emit(event=event):
+                    self.events.append((self.incarnation, event))
+                case CheckpointHighWatermarks():
+                    self.disk.checkpoint_high_watermarks()
+                case Send(destination=destination, message=message):
+                    assert destination == CONTROLLER
+                    self.outbox.append((CONTROLLER, message))
+                case SendFetch(leader=leader, fetch_id=fetch_id, request=request):
+                    self.outbox.append((leader, Request(fetch_id, request)))
+                case AnswerProduce(request_id=request_id, response=response):
+                    source, tag = self._requests.pop(request_id)
+                    self.answered.append((source, tag, response))
+                    self.outbox.append((source, Answer(tag, response)))
+                case AnswerFetch(request_id=request_id, response=response):
+                    source, tag = self._requests.pop(request_id)
+                    self.outbox.append((source, Answer(tag, response)))
+                case _:
+                    raise AssertionError(f"an effect the shell does not know: {effect!r}")
+
+    def flush(self) -> None:
+        self.disk.flush()

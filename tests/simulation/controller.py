@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from hightide.core.controller import ControllerConfig, ControllerResult, ReplicationControl
@@ -19,12 +20,24 @@ from hightide.core.metadata_image import MetadataImage
 from hightide.protocol.events import ControllerElected, Event, LeaderElected
 from hightide.protocol.metadata import MetadataRecord
 from hightide.protocol.wire import AlterPartitionRequest, AlterPartitionResponse
-from simulation.broker import PartitionView
 
 if TYPE_CHECKING:
     from simulation.simulator import SimConfig
 
 R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    """A partition's committed state as the metadata log says it."""
+
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
 HEARTBEAT_INTERVAL_MS = 50
 
 
@@ -141,7 +154,7 @@ class SimController:
     def tick(self, now_ms: int) -> None:
         self._commit(self.control.tick(now_ms))
 
-    def handle(self, source: int, message: object, now_ms: int) -> object | None:
+    def handle(self, source: int, message: object, now_ms: int) -> AlterPartitionResponse | None:
         if isinstance(message, AlterPartitionRequest):
             response: AlterPartitionResponse = self._commit(self.control.alter_partition(message))
             return response

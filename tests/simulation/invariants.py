@@ -90,7 +90,7 @@ def check_step(
         check_hw_within_isr(history.name, replica)
     leader = _current_leader(replicas, controller)
     isr = controller.isr if controller is not None else ()
-    check_committed_prefixes_agree(history.name, replicas, leader, isr, None if history.exempt else history.committed)
+    check_committed_prefixes_agree(history.name, replicas, leader, isr, history.committed, exempt=history.exempt)
     if leader is not None:
         _record_committed(history, leader)
     if not history.exempt:
@@ -169,16 +169,22 @@ def check_committed_prefixes_agree(
     leader: ReplicaSnapshot | None,
     isr: Sequence[int] = (),
     committed: Mapping[int, bytes] | None = None,
+    *,
+    exempt: bool = False,
 ) -> None:
     """Committed means the same record everywhere it counts: below its own HW every replica holds what was
     committed, and every live ISR member holds the leader's records below the leader's HW. (A replica outside
-    the ISR may hold an uncommitted, divergent suffix: it truncates it when it follows again.)"""
-    reference = dict(committed or {})
+    the ISR may hold an uncommitted, divergent suffix: it truncates it when it follows again.) Once the partition
+    is exempt, committed records may have been lost: a replica outside the ISR may then still hold, below its
+    own HW, what was committed before the loss, until it follows the new leader and truncates; only the ISR is
+    held to the leader's committed records."""
+    reference = {} if exempt else dict(committed or {})
     if leader is not None:
         reference.update((o, v) for o, v, _ in leader.records if o < leader.high_watermark)
     for replica in replicas:
         in_sync = replica.alive and replica.broker in isr and leader is not None
-        limit = max(replica.high_watermark, leader.high_watermark if in_sync and leader else 0)
+        own = 0 if exempt and not in_sync else replica.high_watermark
+        limit = max(own, leader.high_watermark if in_sync and leader else 0)
         for offset, value, _ in replica.records:
             if offset >= limit:
                 break

@@ -6,13 +6,14 @@ method of the real Partition (or one controller setting). None of them is used o
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
+from hightide.core.clock import MonoMs
 from hightide.core.effects import Effect, Emit
-from hightide.core.partition import IsrState, Partition, RemoteReplica
+from hightide.core.partition import NO_EPOCH, IsrState, Partition, RemoteReplica
+from hightide.core.replica_manager import ReplicaManager
 from hightide.protocol import events
-from hightide.protocol.messages import NO_EPOCH, FetchPartition
+from hightide.protocol.wire import FetchPartitionRequest
 
 
 class HighWatermarkOverCommittedIsr(Partition):
@@ -46,16 +47,18 @@ class LeaderShrinksIsrAlone(Partition):
 class NoDivergenceCheck(Partition):
     """The leader ignores the follower's last fetched epoch: a follower with a divergent suffix keeps it."""
 
-    def on_fetch(self, replica_id: int, broker_epoch: int, fetch: FetchPartition, now_ms: int) -> list[Effect]:
-        return super().on_fetch(
-            replica_id, broker_epoch, dataclasses.replace(fetch, last_fetched_epoch=NO_EPOCH), now_ms
-        )
+    def on_fetch(
+        self, replica_id: int, broker_epoch: int, fetch: FetchPartitionRequest, now_ms: MonoMs
+    ) -> list[Effect]:
+        blind = fetch.model_copy(update={"last_fetched_epoch": NO_EPOCH})
+        return super().on_fetch(replica_id, broker_epoch, blind, now_ms)
 
 
 @dataclass(frozen=True)
 class Mutant:
     name: str
     partition_class: type[Partition] = Partition
+    manager_class: type[ReplicaManager] = ReplicaManager
     sim_settings: dict[str, object] = field(default_factory=dict)
     controller_settings: dict[str, object] = field(default_factory=dict)
 

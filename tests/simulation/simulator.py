@@ -24,14 +24,17 @@ from dataclasses import dataclass, field
 
 from hightide.audit.rebuild import PartitionKey, PartitionState, ReplicaKey, ReplicaState
 from hightide.core.effects import CONTROLLER
-from hightide.core.partition import Partition, PartitionConfig
+from hightide.core.metadata_image import TopicPartition
+from hightide.core.partition import CONSUMER_REPLICA_ID, Partition, PartitionConfig
+from hightide.core.replica_manager import ReplicaManagerConfig
+from hightide.protocol import wire
 from hightide.protocol.envelope import Emitter, Envelope
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.events import Event, LogTruncated
-from hightide.protocol.messages import CONSUMER_REPLICA_ID, FetchPartition, FetchRequest
-from hightide.protocol.records import decode_batches
-from simulation.broker import FetchResponse, ProduceRequest, ProduceResponse, SimBroker
+from hightide.protocol.records import decode_batches, encode_batch
+from simulation.broker import Answer, ControllerAnswer, Request, SimBroker
 from simulation.controller import SimController
+from simulation.disk import MemoryDisk
 from simulation.invariants import (
     ControllerView,
     PartitionHistory,
@@ -52,6 +55,17 @@ ACKS_ONE_PRODUCER = -2
 CONSUMER = -3
 HEALED_STEPS_MAX = 50_000  # the healed phase stops as soon as the cluster has converged
 CLUSTER_ID = "sim"
+# Errors after which the producer sends the same batch again (Kafka's retriable errors); any other ends the batch.
+RETRIABLE = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -75,17 +89,39 @@ class SimConfig:
     # KIP-966: without it, a replica that lost its tail in a crash can stay the last ISR member and be elected
     # with committed records missing (the simulator finds this; see the mutant tests). Hightide runs with it.
     eligible_leader_replicas_enable: bool = True
-    # Retention: each tick, each replica deletes a committed prefix of its log with this probability. Off in the
-    # invariant runs (their end checks compare whole logs); the rebuild tests turn it on to move log start offsets.
+    # Retention: at each retention check, each replica deletes a committed prefix of its log with this probability.
+    # Off in the invariant runs (their end checks compare whole logs); the rebuild tests turn it on.
     retention_probability: float = 0.0
+    # The producers' request timeout (the leader's acks=all wait) and how long they retry a batch.
+    produce_timeout_ms: int = 300
+    delivery_timeout_ms: int = 3_000
+
+
+@dataclass
+class PendingBatch:
+    """A producer's batch: sent, and sent again with the same sequence until it is answered for good."""
+
+    tp: tuple[str, int]
+    values: tuple[bytes, ...]
+    records: bytes
+    deadline_ms: int  # delivery timeout
+    request_tag: int = -1
+    answer_due_ms: int = 0  # no answer by then: the request is lost, send again
 
 
 @dataclass
 class Producer:
+    """An idempotent producer (KIP-98) with one batch in flight: a retry carries the batch's producer id, epoch and
+    sequence, so a leader that has it answers with its offsets instead of appending it twice."""
+
     node: int
     acks: int
+    producer_id: int
+    producer_epoch: int = 0
     next_value: int = 0
-    inflight: dict[int, tuple[tuple[str, int], tuple[bytes, ...], int]] = field(default_factory=dict)
+    sequences: dict[tuple[str, int], int] = field(default_factory=dict)
+    batch: PendingBatch | None = None
+    sent: dict[int, PendingBatch] = field(default_factory=dict)  # request tag -> batch, for the invariants
 
 
 class Simulation:
@@ -104,20 +140,24 @@ class Simulation:
             alter_partition_timeout_ms=300,
             legacy_truncate_to_high_watermark=self.config.legacy_truncate_to_high_watermark,
         )
-        partition_class = mutant.partition_class if mutant else Partition
         self.brokers = {
             b: SimBroker(
                 b,
-                core_config,
+                self._manager_config(b, core_config),
                 random.Random(self.rng.random()),
-                partition_class=partition_class,
-                retention_probability=self.config.retention_probability,
+                MemoryDisk(
+                    b, random.Random(self.rng.random()), retention_probability=self.config.retention_probability
+                ),
             )
             for b in range(1, self.config.brokers + 1)
         }
+        if mutant is not None:
+            for broker in self.brokers.values():
+                broker.partition_class = mutant.partition_class
+                broker.manager_class = mutant.manager_class
         overrides = mutant.controller_settings if mutant else {}
         self.controller = SimController(self.config, list(self.brokers), self.now_ms, overrides)
-        self.producers = [Producer(ACKS_ALL_PRODUCER, -1), Producer(ACKS_ONE_PRODUCER, 1)]
+        self.producers = [Producer(ACKS_ALL_PRODUCER, -1, producer_id=1), Producer(ACKS_ONE_PRODUCER, 1, producer_id=2)]
         self.consumer_positions: dict[tuple[str, int], int] = {}
         self.consumer_inflight_deadline = 0
         self.histories = {
@@ -125,7 +165,7 @@ class Simulation:
         }
         self.restarts: list[tuple[int, int]] = []  # (at ms, broker)
         self.lossy_losers: dict[tuple[str, int], set[int]] = {tp: set() for tp in self.histories}
-        self.request_ids = 0
+        self.request_tags = 0
         self.emitted: list[Event] | None = None  # set to a list to keep every event the cores emit
         self.history: list[Envelope] | None = None  # set to a list to keep every event in its envelope
         self._sequences: dict[Emitter, int] = {}
@@ -134,7 +174,23 @@ class Simulation:
         for node in [*self.brokers, CONTROLLER, ACKS_ALL_PRODUCER, ACKS_ONE_PRODUCER, CONSUMER]:
             self._schedule(self.now_ms + self.rng.randint(1, self.config.tick_ms), "tick", node)
         self.controller.start(self.now_ms)
+        for broker in self.brokers.values():
+            broker.start(self.now_ms)
+            broker.registered_as(self.controller.registered_epoch(broker.broker_id), self.now_ms)
         self._sync_metadata()
+
+    def _manager_config(self, broker_id: int, core_config: PartitionConfig) -> ReplicaManagerConfig:
+        """The brokers' settings, scaled to the simulation's clock (a tick is 10 ms)."""
+        return ReplicaManagerConfig(
+            broker_id=broker_id,
+            partition=core_config,
+            replica_fetch_wait_max_ms=50,
+            replica_fetch_max_bytes=4096,
+            replica_fetch_backoff_ms=20,
+            replica_fetch_timeout_ms=200,
+            log_retention_check_interval_ms=100,
+            replica_high_watermark_checkpoint_interval_ms=100,
+        )
 
     # -- scheduling ----------------------------------------------------------------------------------------
 
@@ -184,10 +240,11 @@ class Simulation:
                 if self.rng.random() < self.config.flush_probability:
                     broker.flush()
                 reachable = self._reaches_controller(node)
-                if not broker.registered and reachable:
-                    broker.registered = self.controller.register(node, self.now_ms)
+                if not broker.registered and reachable and self.controller.register(node, self.now_ms):
+                    broker.registered_as(self.controller.registered_epoch(node), self.now_ms)
                 if broker.registered:
-                    self.controller.heartbeat(node, broker.broker_epoch, self.now_ms, reachable=reachable)
+                    epoch = self.controller.registered_epoch(node)
+                    self.controller.heartbeat(node, epoch, self.now_ms, reachable=reachable)
                     broker.tick(self.now_ms)
         elif node == CONTROLLER:
             self.controller.tick(self.now_ms)
@@ -203,15 +260,17 @@ class Simulation:
 
     def _deliver(self, source: int, destination: int, message: object) -> None:
         if destination in self.brokers:
-            if self.brokers[destination].alive:
-                self.brokers[destination].handle(source, message, self.now_ms)
+            broker = self.brokers[destination]
+            if broker.alive and broker.registered:
+                broker.handle(source, message, self.now_ms)
         elif destination == CONTROLLER:
             answer = self.controller.handle(source, message, self.now_ms)
             if answer is not None:
-                self.network.send(self.now_ms, CONTROLLER, source, answer)
+                assert isinstance(message, wire.AlterPartitionRequest)
+                self.network.send(self.now_ms, CONTROLLER, source, ControllerAnswer(message, answer))
             self._sync_metadata()
         elif destination == CONSUMER:
-            self._on_consumed(source, message)
+            self._on_consumed(message)
         else:
             self._on_produce_response(destination, message)
 
@@ -220,11 +279,10 @@ class Simulation:
             for destination, message in broker.outbox:
                 self.network.send(self.now_ms, broker.broker_id, destination, message)
             broker.outbox.clear()
-            for tp, completion in broker.completions:
-                acks_all = completion.request_id in self.producers[0].inflight
-                if completion.error is ErrorCode.NONE and acks_all:
-                    self._check_acknowledgement(broker, tp, completion.base_offset, completion.last_offset)
-            broker.completions.clear()
+            for client, tag, response in broker.answered:
+                if client == ACKS_ALL_PRODUCER:
+                    self._check_acknowledgement(broker, tag, response)
+            broker.answered.clear()
             for incarnation, event in broker.events:
                 if self.emitted is not None:
                     self.emitted.append(event)
@@ -247,69 +305,123 @@ class Simulation:
 
     def _sync_metadata(self) -> None:
         """Brokers follow the committed metadata (they read the metadata log as a JetStream consumer would)."""
-        epochs = self.controller.broker_epochs()
-        views = self.controller.views()
+        image = self.controller.control.image
         for broker in self.brokers.values():
-            if not (broker.alive and broker.registered):
-                continue
-            broker.broker_epoch = self.controller.registered_epoch(broker.broker_id)
-            broker.set_broker_epochs(epochs)
-            for tp, view in views.items():
-                broker.apply_view(tp, view, self.now_ms)
-            for tp in [tp for tp in broker.replicas if tp not in views]:
-                broker.delete_replica(tp)
+            if broker.alive and broker.registered:
+                broker.follow_metadata(image, self.now_ms)
 
     # -- clients -------------------------------------------------------------------------------------------
 
+    def _leader_of(self, tp: tuple[str, int]) -> int:
+        view = self.controller.views().get(tp)  # none while the topic is deleted
+        return -1 if view is None else view.leader
+
     def _produce(self, producer: Producer) -> None:
-        expired = [rid for rid, (_, _, deadline) in producer.inflight.items() if deadline <= self.now_ms]
-        for rid in expired:
-            del producer.inflight[rid]
-        if producer.inflight or producer.next_value >= self.config.records_max:
+        """Send the batch in flight again if its answer is overdue, or a new batch; give a batch up once its
+        delivery timeout passes (its outcome unknown: the producer bumps its epoch, as Kafka's does, so that the
+        next batch starts a new sequence)."""
+        batch = producer.batch
+        if batch is not None and self.now_ms >= batch.deadline_ms:
+            self._give_up(producer)
+            batch = None
+        if batch is not None:
+            if self.now_ms >= batch.answer_due_ms:
+                self._send(producer, batch)
+            return
+        if producer.next_value >= self.config.records_max:
             return
         tp = (self.config.topic, self.rng.randrange(self.config.partitions))
-        view = self.controller.views().get(tp)  # none while the topic is deleted
-        leader = -1 if view is None else view.leader
-        if leader < 0:
+        if self._leader_of(tp) < 0:
             return
         count = self.rng.randint(1, 3)
         values = tuple(f"p{-producer.node}-{producer.next_value + i}".encode() for i in range(count))
         producer.next_value += count
-        self.request_ids += 1
-        producer.inflight[self.request_ids] = (tp, values, self.now_ms + 1_000)
-        request = ProduceRequest(self.request_ids, tp[0], tp[1], values, producer.acks, 800)
-        self.network.send(self.now_ms, producer.node, leader, request)
+        sequence = producer.sequences.get(tp, 0)
+        producer.sequences[tp] = sequence + count
+        records = encode_batch(
+            list(values),
+            timestamps=self.now_ms,
+            producer_id=producer.producer_id,
+            producer_epoch=producer.producer_epoch,
+            base_sequence=sequence,
+        )
+        producer.batch = PendingBatch(tp, values, records, self.now_ms + self.config.delivery_timeout_ms)
+        self._send(producer, producer.batch)
 
-    def _on_produce_response(self, node: int, response: object) -> None:
-        assert isinstance(response, ProduceResponse)
+    def _send(self, producer: Producer, batch: PendingBatch) -> None:
+        leader = self._leader_of(batch.tp)
+        batch.answer_due_ms = self.now_ms + self.config.produce_timeout_ms + 200
+        if leader < 0:
+            return
+        self.request_tags += 1
+        batch.request_tag = self.request_tags
+        producer.sent[self.request_tags] = batch
+        partition = wire.ProducePartitionData(topic=batch.tp[0], partition=batch.tp[1], records=batch.records)
+        body = wire.ProduceRequest(
+            acks=producer.acks, timeout_ms=self.config.produce_timeout_ms, partitions=(partition,)
+        )  # type: ignore[arg-type]
+        self.network.send(self.now_ms, producer.node, leader, Request(self.request_tags, body))
+
+    def _give_up(self, producer: Producer) -> None:
+        producer.batch = None
+        producer.producer_epoch += 1
+        producer.sequences.clear()
+
+    def _on_produce_response(self, node: int, message: object) -> None:
+        assert isinstance(message, Answer) and isinstance(message.body, wire.ProduceResponse)
         producer = next(p for p in self.producers if p.node == node)
-        producer.inflight.pop(response.request_id, None)
+        batch = producer.batch
+        if batch is None or message.tag != batch.request_tag:
+            return  # an answer to an earlier attempt: the latest one decides
+        (answer,) = message.body.partitions
+        error = ErrorCode(answer.error)
+        if error is ErrorCode.NONE:
+            producer.batch = None
+        elif error in RETRIABLE:
+            batch.answer_due_ms = self.now_ms + self.rng.randint(10, 50)  # retry.backoff.ms
+        else:
+            self._give_up(producer)
 
-    def _check_acknowledgement(self, broker: SimBroker, tp: tuple[str, int], base: int, last: int) -> None:
-        snapshot = self._snapshot(broker, tp)
-        held = {offset: value for offset, value, _ in snapshot.records}
-        for offset in range(base, last + 1):
-            check_acknowledged(self.histories[tp], held.get(offset, b""), offset, snapshot)
+    def _check_acknowledgement(self, broker: SimBroker, request_tag: int, response: wire.ProduceResponse) -> None:
+        """acks=all's promise at the moment the leader answers: each acknowledged record is in its log below its
+        HW (acknowledged_is_committed)."""
+        producer = self.producers[0]
+        batch = producer.sent.get(request_tag)
+        assert batch is not None
+        for answer in response.partitions:
+            if answer.error != 0:
+                continue
+            tp = (answer.topic, answer.partition)
+            snapshot = self._snapshot(broker, tp)
+            for index, value in enumerate(batch.values):
+                offset = answer.base_offset + index
+                check_acknowledged(self.histories[tp], value, offset, snapshot)
 
     def _consume(self) -> None:
         if self.now_ms < self.consumer_inflight_deadline:
             return
         tp = (self.config.topic, self.rng.randrange(self.config.partitions))
-        view = self.controller.views().get(tp)  # none while the topic is deleted
-        leader = -1 if view is None else view.leader
+        leader = self._leader_of(tp)
         if leader < 0:
             return
         position = self.consumer_positions.get(tp, 0)
-        request = FetchRequest(CONSUMER_REPLICA_ID, -1, (FetchPartition(tp[0], tp[1], position, max_bytes=2048),))
-        self.network.send(self.now_ms, CONSUMER, leader, request)
+        fetch = wire.FetchPartitionRequest(
+            topic=tp[0], partition=tp[1], fetch_offset=position, partition_max_bytes=2048
+        )
+        request = wire.FetchRequest(replica_id=CONSUMER_REPLICA_ID, max_wait_ms=100, partitions=(fetch,))
+        self.request_tags += 1
+        self.network.send(self.now_ms, CONSUMER, leader, Request(self.request_tags, request))
         self.consumer_inflight_deadline = self.now_ms + 300
 
-    def _on_consumed(self, source: int, message: object) -> None:
+    def _on_consumed(self, message: object) -> None:
         self.consumer_inflight_deadline = 0
-        assert isinstance(message, FetchResponse)
-        for answer in message.partitions:
+        assert isinstance(message, Answer) and isinstance(message.body, wire.FetchResponse)
+        for answer in message.body.partitions:
             tp = (answer.topic, answer.partition)
-            if answer.error is not ErrorCode.NONE or not answer.records:
+            if answer.error == ErrorCode.OFFSET_OUT_OF_RANGE and answer.log_start_offset >= 0:
+                self.consumer_positions[tp] = answer.log_start_offset  # auto.offset.reset=earliest
+                continue
+            if answer.error != 0 or not answer.records:
                 continue
             records = [r for _, batch in decode_batches(answer.records) for r in batch]
             for record in records:
@@ -356,17 +468,19 @@ class Simulation:
     def _restart_due_brokers(self) -> None:
         for entry in [r for r in self.restarts if r[0] <= self.now_ms]:
             self.restarts.remove(entry)
-            broker = self.brokers[entry[1]]
-            broker.restart()
-            self.controller.restarted(broker.broker_id)
+            self._restart(self.brokers[entry[1]])
+
+    def _restart(self, broker: SimBroker) -> None:
+        """A new process of a crashed broker: it recovers its logs and must register again before it acts."""
+        broker.start(self.now_ms)
+        self.controller.restarted(broker.broker_id)
 
     def heal(self) -> None:
         self.network.heal()
         self.network.faults = NetworkFaults(self.config.network.delay_ms_max, 0.0, 0.0)
         for at_ms, broker in list(self.restarts):
             self.restarts.remove((at_ms, broker))
-            self.brokers[broker].restart()
-            self.controller.restarted(broker)
+            self._restart(self.brokers[broker])
         self._sync_metadata()
 
     # -- the topic's life ----------------------------------------------------------------------------------
@@ -389,17 +503,21 @@ class Simulation:
         self.lossy_losers = {tp: set() for tp in self.histories}
         self.consumer_positions.clear()
         for producer in self.producers:
-            producer.inflight.clear()
+            producer.batch = None
 
     # -- what the cluster holds now -------------------------------------------------------------------------
+
+    @staticmethod
+    def cores(broker: SimBroker) -> dict[TopicPartition, Partition]:
+        """A broker's replica cores: a live one's, or a crashed one's as they were when it crashed."""
+        return broker.manager.replicas if broker.manager is not None else broker.crashed_replicas
 
     def replica_states(self) -> dict[ReplicaKey, ReplicaState]:
         """Every replica's offsets and epoch cache as its core holds them (a crashed broker's as they were
         when it crashed: its next incarnation announces what recovery left)."""
         states = {}
         for broker in self.brokers.values():
-            for (topic, partition), replica in broker.replicas.items():
-                core = replica.partition
+            for (topic, partition), core in self.cores(broker).items():
                 entries = tuple((e.epoch, e.start_offset) for e in core.epoch_cache.entries)
                 key = (topic, partition, broker.broker_id)
                 states[key] = ReplicaState(core.log_end_offset, core.high_watermark, core.log_start_offset, entries)
@@ -414,11 +532,19 @@ class Simulation:
             for (topic, partition), p in self.controller.control.image.all_partitions()
         }
 
+    def log_entries(self, broker: SimBroker, tp: tuple[str, int]) -> tuple[tuple[int, bytes, int], ...]:
+        """(offset, value, leader epoch) of every record of a broker's log of `tp`, on its disk."""
+        disk = broker.disk.logs.get(TopicPartition(*tp))
+        return () if disk is None else tuple(disk.log.entries)
+
     # -- invariants ----------------------------------------------------------------------------------------
 
+    def _hosting(self, tp: tuple[str, int]) -> list[SimBroker]:
+        key = TopicPartition(*tp)
+        return [b for b in self.brokers.values() if key in self.cores(b)]
+
     def _snapshot(self, broker: SimBroker, tp: tuple[str, int]) -> ReplicaSnapshot:
-        replica = broker.replicas[tp]
-        core = replica.partition
+        core = self.cores(broker)[TopicPartition(*tp)]
         return ReplicaSnapshot(
             broker=broker.broker_id,
             alive=broker.alive,
@@ -427,7 +553,7 @@ class Simulation:
             log_start_offset=core.log_start_offset,
             log_end_offset=core.log_end_offset,
             high_watermark=core.high_watermark,
-            records=tuple(replica.log.entries),
+            records=self.log_entries(broker, tp),
             isr_log_end_offsets=tuple(
                 (remote.broker_id, remote.log_end_offset)
                 for remote in core.remotes.values()
@@ -438,7 +564,7 @@ class Simulation:
     def check_invariants(self) -> None:
         views = self.controller.views()
         for tp, history in self.histories.items():
-            replicas = [self._snapshot(b, tp) for b in self.brokers.values() if tp in b.replicas]
+            replicas = [self._snapshot(b, tp) for b in self._hosting(tp)]
             view = views.get(tp)
             controller = (
                 None
@@ -456,17 +582,17 @@ class Simulation:
             view = views[tp]
             if view.leader < 0 or set(view.isr) != set(view.replicas):
                 return False
-            logs = {tuple(b.replicas[tp].log.entries) for b in self.brokers.values() if tp in b.replicas}
+            logs = {self.log_entries(b, tp) for b in self._hosting(tp)}
             if len(logs) != 1:
                 return False
-        return all(not p.inflight for p in self.producers)
+        return all(p.batch is None for p in self.producers)
 
     def check_end(self) -> None:
         views = self.controller.views()
         for tp, history in self.histories.items():
             view = views[tp]
-            replicas = [self._snapshot(b, tp) for b in self.brokers.values() if tp in b.replicas]
+            replicas = [self._snapshot(b, tp) for b in self._hosting(tp)]
             controller = ControllerView(view.leader, view.leader_epoch, view.partition_epoch, view.replicas, view.isr)
             check_converged(history.name, replicas, controller)
-            leader_log = {offset: value for offset, value, _ in self.brokers[view.leader].replicas[tp].log.entries}
+            leader_log = {offset: value for offset, value, _ in self.log_entries(self.brokers[view.leader], tp)}
             check_acknowledged_never_lost(history, leader_log)

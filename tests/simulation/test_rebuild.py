@@ -125,7 +125,7 @@ def test_unclean_elections_and_legacy_truncations_rebuild_too(config: SimConfig)
 def test_the_history_so_far_rebuilds_the_state_at_every_point(seeds: range) -> None:
     """Mid-run too, with retention moving log start offsets (and followers behind them starting over): a crashed
     broker's replicas are as it left them, and the next incarnation's LogOpened says what recovery kept."""
-    config = SimConfig(retention_probability=0.005)
+    config = SimConfig(retention_probability=0.05)
     counts: Counter[str] = Counter()
     for seed in seeds:
         simulation = _recorded(seed, config)
@@ -171,7 +171,7 @@ def test_a_deleted_topic_leaves_nothing_and_its_successor_starts_over() -> None:
     state = _assert_rebuilds(simulation, "deleted, broker 2 down")
     assert state.partitions == {}
     assert {key[2] for key in state.replicas} == {2}, "only the down broker still holds the deleted replicas"
-    _step_until(simulation, lambda: down.alive and down.registered and not down.replicas)
+    _step_until(simulation, lambda: down.alive and down.registered and not simulation.cores(down))
     state = _assert_rebuilds(simulation, "deleted, broker 2 back")
     assert state.replicas == {}
     simulation.create_topic()

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from hightide.core.effects import CONTROLLER
 from hightide.core.epoch_cache import EpochEntry, LeaderEpochCache
-from hightide.core.partition import Partition, PartitionConfig
+from hightide.core.partition import CONSUMER_REPLICA_ID, Partition, PartitionConfig
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.events import IsrChangeProposed, LogTruncated
-from hightide.protocol.messages import CONSUMER_REPLICA_ID, FetchPartition
 from hightide.protocol.records import decode_batches
-from hightide.protocol.wire import AlterPartitionRequest, AlterPartitionResponse
+from hightide.protocol.wire import AlterPartitionRequest, AlterPartitionResponse, FetchPartitionRequest
 from support.memory_replica import MemoryReplica, produce, replicate
 
 T0 = 1_700_000_000_000
@@ -41,6 +40,11 @@ def cluster(
     return nodes
 
 
+def at(offset: int, **fields: int) -> FetchPartitionRequest:
+    """A fetch of orders-0 from `offset`."""
+    return FetchPartitionRequest(topic="orders", partition=0, fetch_offset=offset, **fields)
+
+
 def last_proposal(node: MemoryReplica) -> AlterPartitionRequest:
     requests = [s.message for s in node.sent if s.destination == CONTROLLER]
     assert requests and isinstance(requests[-1], AlterPartitionRequest)
@@ -59,7 +63,7 @@ def commit(node: MemoryReplica, now_ms: int) -> None:
         isr=request.new_isr,
         partition_epoch=request.partition_epoch + 1,
     )
-    node.apply(node.partition.on_alter_partition_response(response, now_ms))
+    node.apply(node.partition.on_alter_partition_response(request, response, now_ms))
 
 
 # -- the seeds' walkthroughs --------------------------------------------------------------------------------
@@ -128,17 +132,17 @@ def test_follower_does_not_join_isr_until_caught_up_to_offset_within_current_lea
     produce(leader, [b"c", b"d", b"e"], T0, acks=1)
     assert leader.hw == 0
     fetch = leader.partition.on_fetch
-    leader.apply(fetch(3, -1, FetchPartition("orders", 0, 0), T0 + 1))
-    leader.apply(fetch(3, -1, FetchPartition("orders", 0, 1), T0 + 2))
+    leader.apply(fetch(3, -1, at(0), T0 + 1))
+    leader.apply(fetch(3, -1, at(1), T0 + 2))
     assert leader.hw == 1
     # Re-elected in epoch 10; the epoch starts at offset 5.
     leader.apply(leader.partition.make_leader(10, 1, (1, 2, 3), (1, 3), T0 + 3))
     produce(leader, [b"f"], T0 + 4, acks=1)
     assert leader.partition.leader_epoch_start_offset == 5
     for offset in (0, 1):
-        leader.apply(fetch(2, -1, FetchPartition("orders", 0, offset), T0 + 5))
+        leader.apply(fetch(2, -1, at(offset), T0 + 5))
         assert not leader.partition.isr_state.inflight
-    leader.apply(fetch(2, -1, FetchPartition("orders", 0, 5), T0 + 6))
+    leader.apply(fetch(2, -1, at(5), T0 + 6))
     assert last_proposal(leader).new_isr == (1, 2, 3)
     assert leader.partition.isr == {1, 3} and leader.partition.isr_state.maximal_isr == {1, 2, 3}
 
@@ -147,7 +151,7 @@ def test_maybe_shrink_isr_then_the_high_watermark_moves_once_the_controller_comm
     nodes = cluster(replicas=(1, 2, 3))
     leader = nodes[1]
     produce(leader, [b"r%d" % i for i in range(10)], T0, acks=1)
-    leader.apply(leader.partition.on_fetch(2, -1, FetchPartition("orders", 0, 10), T0 + 1))
+    leader.apply(leader.partition.on_fetch(2, -1, at(10), T0 + 1))
     leader.apply(leader.partition.maybe_shrink_isr(T0 + 1))
     assert not leader.partition.isr_state.inflight  # replica 3 was caught up when the epoch started
     leader.apply(leader.partition.maybe_shrink_isr(T0 + LAG_MS + 1))
@@ -162,9 +166,9 @@ def test_high_watermark_does_not_advance_under_min_isr() -> None:
     nodes = cluster(replicas=(1, 2, 3), isr=(1, 2), min_insync_replicas=3)
     leader = nodes[1]
     produce(leader, [b"r%d" % i for i in range(10)], T0, acks=1)
-    leader.apply(leader.partition.on_fetch(2, -1, FetchPartition("orders", 0, 10), T0 + 1))
+    leader.apply(leader.partition.on_fetch(2, -1, at(10), T0 + 1))
     assert leader.hw == 0
-    leader.apply(leader.partition.on_fetch(3, -1, FetchPartition("orders", 0, 10), T0 + 2))
+    leader.apply(leader.partition.on_fetch(3, -1, at(10), T0 + 2))
     assert leader.hw == 0
     assert len(leader.partition.isr_state.maximal_isr) == 3 and leader.partition.isr_state.inflight
     commit(leader, T0 + 3)
@@ -175,10 +179,10 @@ def test_should_not_shrink_isr_if_previous_fetch_is_caught_up() -> None:
     nodes = cluster(replicas=(1, 2))
     leader = nodes[1]
     produce(leader, [b"r%d" % i for i in range(10)], T0, acks=1)
-    leader.apply(leader.partition.on_fetch(2, -1, FetchPartition("orders", 0, 5), T0 + 5_000))
+    leader.apply(leader.partition.on_fetch(2, -1, at(5), T0 + 5_000))
     assert leader.hw == 5
     produce(leader, [b"s%d" % i for i in range(5)], T0 + 5_001, acks=1)
-    leader.apply(leader.partition.on_fetch(2, -1, FetchPartition("orders", 0, 10), T0 + 10_001))
+    leader.apply(leader.partition.on_fetch(2, -1, at(10), T0 + 10_001))
     assert leader.partition.remotes[2].last_caught_up_time_ms == T0 + 5_000
     assert leader.hw == 10
     leader.apply(leader.partition.maybe_shrink_isr(T0 + 10_001))
@@ -189,7 +193,7 @@ def test_should_not_shrink_isr_if_follower_caught_up_to_log_end() -> None:
     nodes = cluster(replicas=(1, 2))
     leader = nodes[1]
     produce(leader, [b"r%d" % i for i in range(10)], T0, acks=1)
-    leader.apply(leader.partition.on_fetch(2, -1, FetchPartition("orders", 0, 10), T0 + 1))
+    leader.apply(leader.partition.on_fetch(2, -1, at(10), T0 + 1))
     assert leader.hw == 10
     leader.apply(leader.partition.maybe_shrink_isr(T0 + 30_001))
     assert not leader.partition.isr_state.inflight
@@ -201,9 +205,9 @@ def test_update_follower_fetch_state() -> None:
     produce(leader, [b"r%d" % i for i in range(6)], T0, acks=1)
     remote = leader.partition.remotes[2]
     assert (remote.last_caught_up_time_ms, remote.log_end_offset) == (T0, -1)
-    leader.apply(leader.partition.on_fetch(2, -1, FetchPartition("orders", 0, 3), T0 + 500))
+    leader.apply(leader.partition.on_fetch(2, -1, at(3), T0 + 500))
     assert (remote.last_caught_up_time_ms, remote.log_end_offset) == (T0, 3)
-    leader.apply(leader.partition.on_fetch(2, -1, FetchPartition("orders", 0, 6), T0 + 1_000))
+    leader.apply(leader.partition.on_fetch(2, -1, at(6), T0 + 1_000))
     assert (remote.last_caught_up_time_ms, remote.log_end_offset) == (T0 + 1_000, 6)
 
 
@@ -276,7 +280,7 @@ def _pending_shrink() -> MemoryReplica:
 def test_an_ineligible_replica_answer_reverts_to_the_committed_isr() -> None:
     leader = _pending_shrink()
     answer = AlterPartitionResponse(topic="orders", partition=0, error=ErrorCode.INELIGIBLE_REPLICA)
-    leader.apply(leader.partition.on_alter_partition_response(answer, T0 + LAG_MS + 2))
+    leader.apply(leader.partition.on_alter_partition_response(last_proposal(leader), answer, T0 + LAG_MS + 2))
     assert not leader.partition.isr_state.inflight and leader.partition.isr == {1, 2, 3}
 
 
@@ -284,13 +288,13 @@ def test_a_fenced_answer_waits_for_new_metadata_and_other_errors_retry_after_the
     leader = _pending_shrink()
     sent = len(leader.sent)
     fenced = AlterPartitionResponse(topic="orders", partition=0, error=ErrorCode.FENCED_LEADER_EPOCH)
-    leader.apply(leader.partition.on_alter_partition_response(fenced, T0 + LAG_MS + 2))
+    leader.apply(leader.partition.on_alter_partition_response(last_proposal(leader), fenced, T0 + LAG_MS + 2))
     assert leader.partition.isr_state.inflight and len(leader.sent) == sent
     backoff = leader.partition.config.alter_partition_retry_backoff_ms
     for error in (ErrorCode.NOT_CONTROLLER, ErrorCode.STALE_BROKER_EPOCH):
         refused_at = T0 + LAG_MS + 3
         answer = AlterPartitionResponse(topic="orders", partition=0, error=error)
-        leader.apply(leader.partition.on_alter_partition_response(answer, refused_at))
+        leader.apply(leader.partition.on_alter_partition_response(last_proposal(leader), answer, refused_at))
         assert len(leader.sent) == sent, "a refusal is not answered by an immediate resend (no busy loop)"
         leader.apply(leader.partition.tick(refused_at + backoff - 1))
         assert len(leader.sent) == sent
@@ -304,7 +308,7 @@ def test_a_stale_commit_is_ignored() -> None:
     stale = AlterPartitionResponse(
         topic="orders", partition=0, error=ErrorCode.NONE, leader=1, leader_epoch=0, isr=(1, 2), partition_epoch=-5
     )
-    leader.apply(leader.partition.on_alter_partition_response(stale, T0 + LAG_MS + 2))
+    leader.apply(leader.partition.on_alter_partition_response(last_proposal(leader), stale, T0 + LAG_MS + 2))
     assert leader.partition.isr == {1, 2, 3}
 
 
@@ -322,9 +326,9 @@ def test_fetches_are_fenced_by_leader_epoch_and_refused_by_non_leaders() -> None
     leader, follower = nodes[1], nodes[2]
 
     def error(node: MemoryReplica, current_leader_epoch: int) -> ErrorCode:
-        fetch = FetchPartition("orders", 0, 0, current_leader_epoch=current_leader_epoch)
+        fetch = at(0, current_leader_epoch=current_leader_epoch)
         (answer,) = node.apply(node.partition.on_fetch(CONSUMER_REPLICA_ID, -1, fetch, T0))
-        return answer.error
+        return ErrorCode(answer.error)
 
     assert error(leader, 4) is ErrorCode.FENCED_LEADER_EPOCH
     assert error(leader, 6) is ErrorCode.UNKNOWN_LEADER_EPOCH
@@ -340,7 +344,7 @@ def test_consumers_never_read_at_or_above_the_high_watermark() -> None:
     replicate(leader, follower, T0 + 2)
     produce(leader, [b"b"], T0 + 3, acks=1)
     assert (leader.leo, leader.hw) == (2, 1)
-    (answer,) = leader.apply(leader.partition.on_fetch(CONSUMER_REPLICA_ID, -1, FetchPartition("orders", 0, 0), T0))
+    (answer,) = leader.apply(leader.partition.on_fetch(CONSUMER_REPLICA_ID, -1, at(0), T0))
     assert [offset for offset, _ in _records(answer.records)] == [0]
 
 
@@ -472,3 +476,27 @@ def test_a_follower_that_led_an_epoch_without_writing_drops_that_epoch_and_rejoi
         replicate(leader, b3, T0 + 5 + step)
     assert b3.log.records() == leader.log.records() == [(0, b"a"), (1, b"b"), (2, b"c")]
     assert b3.partition.epoch_cache.entries == (EpochEntry(0, 0), EpochEntry(2, 2))
+
+
+def test_an_answer_to_an_earlier_proposal_does_not_drop_the_pending_one() -> None:
+    """Given a leader whose expansion to {1, 3} the metadata committed before the controller's answer came, and
+    that has since proposed {1, 2, 3}, when the late answer to the first proposal arrives, then it is ignored: the
+    pending proposal stays in flight and keeps 2 in the maximal ISR (Kafka: `partitionState != proposedIsrState`),
+    so the HW cannot pass 2's LEO before the controller commits 2."""
+    nodes = cluster(replicas=(1, 2, 3), isr=(1,))
+    leader = nodes[1]
+    produce(leader, [b"a", b"b"], T0, acks=1)
+    replicate(leader, nodes[3], T0 + 1)
+    replicate(leader, nodes[3], T0 + 2)
+    first = last_proposal(leader)
+    assert first.new_isr == (1, 3)
+    leader.apply(leader.partition.make_leader(0, first.partition_epoch + 1, (1, 2, 3), (1, 3), T0 + 3))
+    replicate(leader, nodes[2], T0 + 4)
+    replicate(leader, nodes[2], T0 + 5)
+    pending = last_proposal(leader)
+    assert pending.new_isr == (1, 2, 3) and leader.partition.isr_state.inflight
+    late = AlterPartitionResponse(
+        topic="orders", partition=0, error=ErrorCode.NONE, leader=1, leader_epoch=0, isr=(1, 3), partition_epoch=1
+    )
+    leader.apply(leader.partition.on_alter_partition_response(first, late, T0 + 6))
+    assert leader.partition.isr_state.inflight and leader.partition.isr_state.maximal_isr == {1, 2, 3}

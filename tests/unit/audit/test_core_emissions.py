@@ -12,7 +12,7 @@ from hightide.core.effects import Emit, WriteEpochCheckpoint
 from hightide.protocol import events
 from hightide.protocol.envelope import Emitter, Envelope
 from hightide.protocol.errors import ErrorCode
-from hightide.protocol.messages import FetchResponsePartition
+from hightide.protocol.wire import FetchPartitionResponse
 from support.memory_replica import MemoryReplica, produce
 
 T0 = 1_000
@@ -83,10 +83,10 @@ def test_an_epoch_led_without_writing_is_dropped_with_an_event_when_the_leader_s
     produce(replica, [b"a"] * 3, T0)
     replica.apply(replica.partition.make_leader(1, 1, (1, 2), (1,), T0))
     replica.apply(replica.partition.make_follower(2, 2, 2, (1, 2), (2,)))
-    answer = FetchResponsePartition(
-        "orders", 0, ErrorCode.NONE, high_watermark=3, diverging_epoch=0, diverging_end_offset=3
+    answer = FetchPartitionResponse(
+        topic="orders", partition=0, error=ErrorCode.NONE, high_watermark=3, diverging_epoch=0, diverging_end_offset=3
     )
-    replica.apply(replica.partition.on_fetch_response(2, answer, T0))
+    replica.apply(replica.partition.on_fetch_response(2, answer, (), T0))
     assert replica.events[-1] == events.LeaderEpochsTruncated(topic="orders", partition=0, replica=1, end_offset=3)
     assert replica.partition.log_end_offset == 3
     state = rebuild(_history(replica))

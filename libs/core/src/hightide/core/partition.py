@@ -1,10 +1,16 @@
 """One partition as one broker's replica sees it, as leader or follower: Kafka's Partition.scala, pure.
 
-Room: libs/core. Inputs are decoded messages and the time (`now_ms`); outputs are effects (`hightide.core.effects`)
-in durability order. It never reads a disk, a socket or a clock: the shell appends, reads and sends.
+Room: libs/core. Inputs are decoded messages and the monotonic time (`now_ms`); outputs are effects
+(`hightide.core.effects`) in durability order. It never reads a disk, a socket or a clock: the replica manager
+(`hightide.core.replica_manager`) routes requests to it, and the shell appends, reads and sends.
 
 The leader's rules (Kafka's names in brackets):
 
+- produce [appendRecordsToLeader, UnifiedLog.analyzeAndValidateProducerState]: NOT_LEADER_OR_FOLLOWER unless
+  leader; for acks=all NOT_ENOUGH_REPLICAS if |ISR| < min ISR, before anything else; then the idempotent
+  producer's sequence check (`producer_state`): a refusal, a new batch to append, or a retry of a batch the log
+  already holds, answered with that batch's offsets. Either way acks=all is answered only once the HW passes the
+  batch [DelayedProduce]: a retried batch whose first attempt is not committed yet waits like a new one.
 - HW [maybeIncrementLeaderHW]: no move while |committed ISR| < min(min.insync.replicas, RF); otherwise the least
   LEO over the leader and every remote that is in the maximal ISR, or caught up and ISR-eligible; only upward.
 - caught up [isCaughtUp]: LEO == leader LEO, or now - last caught up <= replica.lag.time.max.ms.
@@ -12,11 +18,21 @@ The leader's rules (Kafka's names in brackets):
 - shrink [maybeShrinkIsr]: nothing in flight; ISR members no longer caught up, checked every lag / 2.
 - ISR changes [AlterPartition]: one proposal in flight; maximal ISR = committed | proposed, so a shrink never
   raises the HW before the controller commits it, and an expansion counts the new member at once.
-- acks=all: NOT_ENOUGH_REPLICAS before the append if |ISR| < min ISR; answered when the HW passes the last
-  offset, with NOT_ENOUGH_REPLICAS_AFTER_APPEND if |maximal ISR| < min.insync.replicas by then.
+- acks=all: answered when the HW passes the last offset, with NOT_ENOUGH_REPLICAS_AFTER_APPEND if |maximal ISR|
+  < min.insync.replicas by then.
+- fetch: a first read of a follower's fetch updates its state [updateFollowerFetchState]; a read of a fetch
+  that waited in the purgatory does not [DelayedFetch.onComplete reads with the state already updated].
 
 The follower's rules: fetch from the LEO with the latest epoch in the cache as `last_fetched_epoch`; on a
-diverging-epoch answer truncate where the leader's epochs say (never by its own HW); HW = min(leader HW, LEO).
+diverging-epoch answer truncate where the leader's epochs say (never by its own HW); HW = min(leader HW, LEO);
+log start offset = the leader's, up to its own HW [maybeIncrementLogStartOffset, LeaderOffsetIncremented]. A
+log that ends inside the leader's first batch is cut back to that batch (or, empty, restarted at it, as Kafka's
+appendRecordsToFollowerOrFutureReplica does) so that the batch can be appended whole. Producer state is kept on
+followers too, from the batches they append, so a new leader answers retries without reading its log; after a
+truncation it no longer matches the log and is rebuilt from it before the next produce (`producers_stale`).
+
+Truncation points are batch boundaries of this replica's log (a log drops whole batches): `batch_start` gives
+the base offset of the batch holding an offset, and the replica manager sets it to a query of the log.
 
 What only the shell sees, the core still announces, so a history rebuilt from events alone matches the disks:
 `log_opened` when the shell builds a core from a log (created, or loaded at start), `log_deleted` when it deletes
@@ -28,11 +44,14 @@ follower, and no epochs in fetches) so the seeds' data-loss scenario can be repr
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from hightide.core.clock import MonoMs
 from hightide.core.effects import (
     CONTROLLER,
+    AdvanceLogStartOffset,
     AppendAsFollower,
     AppendAsLeader,
     CompleteProduce,
@@ -46,18 +65,23 @@ from hightide.core.effects import (
     WriteEpochCheckpoint,
 )
 from hightide.core.epoch_cache import EpochEndOffset, LeaderEpochCache
+from hightide.core.producer_state import APPEND, ProducerStateTable, Verdict, last_sequence, next_sequence
 from hightide.core.truncation import check_fetch_divergence, offset_truncation_state
 from hightide.protocol import events
 from hightide.protocol.errors import ErrorCode
-from hightide.protocol.messages import (
-    CONSUMER_REPLICA_ID,
-    NO_EPOCH,
-    NO_OFFSET,
-    FetchPartition,
-    FetchResponsePartition,
+from hightide.protocol.records import BatchHeader
+from hightide.protocol.wire import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    FetchPartitionRequest,
+    FetchPartitionResponse,
+    error_code_of,
 )
-from hightide.protocol.wire import AlterPartitionRequest, AlterPartitionResponse
 
+CONSUMER_REPLICA_ID: Final = -1
+NO_EPOCH: Final = -1
+NO_OFFSET: Final = -1
+NEVER_MS: Final = MonoMs(0)  # a monotonic time long past: never caught up, never fetched
 ACKS_ALL: Final = -1
 NO_LEADER: Final = -1
 # AlterPartition errors after which the leader waits for new metadata rather than retrying (Partition.scala).
@@ -93,12 +117,12 @@ class RemoteReplica:
     broker_id: int
     log_end_offset: int = NO_OFFSET
     log_start_offset: int = NO_OFFSET
-    last_caught_up_time_ms: int = 0
+    last_caught_up_time_ms: MonoMs = NEVER_MS
     last_fetch_leader_log_end_offset: int = NO_OFFSET
-    last_fetch_time_ms: int = 0
+    last_fetch_time_ms: MonoMs = NEVER_MS
     broker_epoch: int = -1
 
-    def is_caught_up(self, leader_end_offset: int, now_ms: int, lag_max_ms: int) -> bool:
+    def is_caught_up(self, leader_end_offset: int, now_ms: MonoMs, lag_max_ms: int) -> bool:
         return leader_end_offset == self.log_end_offset or now_ms - self.last_caught_up_time_ms <= lag_max_ms
 
 
@@ -123,10 +147,16 @@ class IsrState:
 
 @dataclass(slots=True)
 class PendingProduce:
+    """An acks=all produce waiting for the HW to pass `last_offset` (Kafka's DelayedProduce), until `deadline_ms`."""
+
     request_id: int
     base_offset: int
     last_offset: int
-    deadline_ms: int
+    deadline_ms: MonoMs
+
+
+def _identity(offset: int) -> int:
+    return offset
 
 
 @dataclass(slots=True)
@@ -151,8 +181,15 @@ class Partition:
     broker_epochs: dict[int, int] = field(default_factory=dict)
     local_broker_epoch: int = -1
     pending_produces: list[PendingProduce] = field(default_factory=list)
-    next_isr_check_ms: int = 0
-    alter_partition_deadline_ms: int = 0
+    next_isr_check_ms: MonoMs = NEVER_MS
+    alter_partition_deadline_ms: MonoMs = NEVER_MS
+    # The idempotent producers' last batches, from this log (Kafka's ProducerStateManager). Stale after a
+    # truncation or at start: the replica manager rebuilds it from the log before the next produce.
+    producers: ProducerStateTable = field(default_factory=ProducerStateTable)
+    producers_stale: bool = False
+    # The base offset of the batch holding an offset of this log (the offset itself at a boundary): a log drops
+    # whole batches, so a truncation point is moved down to one. The replica manager gives a query of the log.
+    batch_start: Callable[[int], int] = _identity
 
     def __post_init__(self) -> None:
         assert 0 <= self.log_start_offset <= self.high_watermark <= self.log_end_offset, self
@@ -189,7 +226,7 @@ class Partition:
     # -- becoming leader or follower -----------------------------------------------------------------------
 
     def make_leader(
-        self, leader_epoch: int, partition_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...], now_ms: int
+        self, leader_epoch: int, partition_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...], now_ms: MonoMs
     ) -> list[Effect]:
         """Lead from `leader_epoch` (Kafka's makeLeader). A state older than the one held is ignored."""
         if partition_epoch < self.partition_epoch:
@@ -198,31 +235,36 @@ class Partition:
         effects: list[Effect] = []
         was_leader = self.is_leader
         new_epoch = leader_epoch > self.leader_epoch
+        # The metadata may bring the committed ISR change before the AlterPartition answer does: it is the same
+        # commit, and the late answer is then ignored (an older partition epoch).
+        confirmed = was_leader and not new_epoch and self.isr_state.proposed == frozenset(isr)
         self.replicas, self.leader, self.partition_epoch = tuple(replicas), self.local_id, partition_epoch
         self.isr_state = IsrState(frozenset(isr))
+        if confirmed:
+            effects.append(Emit(self._isr_change_completed(ErrorCode.NONE)))
         self.remotes = {r: self.remotes.get(r, RemoteReplica(r)) for r in replicas if r != self.local_id}
         if new_epoch:
             self.leader_epoch = leader_epoch
             self._reset_remotes(was_leader, now_ms)
             self.leader_epoch_start_offset = self.log_end_offset
             effects += self._assign_epoch(leader_epoch, self.log_end_offset)
-            self.next_isr_check_ms = now_ms + self.config.replica_lag_time_max_ms // 2
+            self.next_isr_check_ms = MonoMs(now_ms + self.config.replica_lag_time_max_ms // 2)
         effects.append(Emit(self._became_leader_event()))
         effects += self._maybe_increment_high_watermark(now_ms)
         return effects
 
-    def _reset_remotes(self, was_leader: bool, now_ms: int) -> None:
+    def _reset_remotes(self, was_leader: bool, now_ms: MonoMs) -> None:
         """Kafka's resetReplicaState on a new leader epoch."""
         for remote in self.remotes.values():
             in_isr = remote.broker_id in self.isr
-            remote.last_caught_up_time_ms = now_ms if in_isr else 0
+            remote.last_caught_up_time_ms = now_ms if in_isr else MonoMs(0)
             if not was_leader:
                 remote.log_end_offset = remote.log_start_offset = NO_OFFSET
                 remote.last_fetch_leader_log_end_offset = NO_OFFSET
-                remote.last_fetch_time_ms = 0
+                remote.last_fetch_time_ms = NEVER_MS
             else:
                 remote.last_fetch_leader_log_end_offset = self.log_end_offset
-                remote.last_fetch_time_ms = now_ms if in_isr else 0
+                remote.last_fetch_time_ms = now_ms if in_isr else MonoMs(0)
 
     def make_follower(
         self, leader: int, leader_epoch: int, partition_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]
@@ -231,7 +273,7 @@ class Partition:
         if partition_epoch < self.partition_epoch:
             return []
         assert leader != self.local_id
-        effects = self._fail_pending_produces(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        effects = self.fail_pending_produces(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         new_epoch = leader_epoch > self.leader_epoch
         self.replicas, self.leader, self.partition_epoch = tuple(replicas), leader, partition_epoch
         self.leader_epoch = max(self.leader_epoch, leader_epoch)
@@ -247,27 +289,106 @@ class Partition:
 
     # -- produce (leader) --------------------------------------------------------------------------------
 
-    def append_as_leader(
-        self, request_id: int, records: bytes, record_count: int, acks: int, now_ms: int, timeout_ms: int
-    ) -> list[Effect]:
-        """Append a producer's (validated) batches, or refuse them; answer now or when the HW passes them."""
-        assert record_count > 0 and acks in (0, 1, ACKS_ALL), (record_count, acks)
+    def produce_refusal(self, acks: int) -> ErrorCode:
+        """Why a produce cannot be taken before its batches are even read (Kafka's appendRecordsToLeader): not the
+        leader, or acks=all while the ISR is below min.insync.replicas (NOT_ENOUGH_REPLICAS)."""
         if not self.is_leader:
-            return self._answer(request_id, ErrorCode.NOT_LEADER_OR_FOLLOWER, NO_OFFSET, NO_OFFSET, acks)
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if acks == ACKS_ALL and len(self.isr) < self.effective_min_isr():
-            return self._answer(request_id, ErrorCode.NOT_ENOUGH_REPLICAS, NO_OFFSET, NO_OFFSET, acks)
-        base_offset = self.log_end_offset
-        last_offset = base_offset + record_count - 1
-        effects: list[Effect] = [AppendAsLeader(self.topic, self.partition, records, base_offset, self.leader_epoch)]
-        self.log_end_offset = last_offset + 1
-        effects.append(Emit(self._appended_event(base_offset, last_offset, record_count, len(records), True)))
-        effects += self._maybe_increment_high_watermark(now_ms)
-        if acks != ACKS_ALL:
-            return effects + self._answer(request_id, ErrorCode.NONE, base_offset, last_offset, acks)
-        self.pending_produces.append(PendingProduce(request_id, base_offset, last_offset, now_ms + timeout_ms))
-        return effects + self._complete_delayed_produces()
+            return ErrorCode.NOT_ENOUGH_REPLICAS
+        return ErrorCode.NONE
 
-    def _answer(self, request_id: int, error: ErrorCode, base: int, last: int, acks: int) -> list[Effect]:
+    def refuse_produce(self, request_id: int, error: ErrorCode, acks: int, message: str = "") -> list[Effect]:
+        """Answer a produce with `error` (a refusal before anything is appended)."""
+        assert error is not ErrorCode.NONE
+        return self._answer(request_id, error, NO_OFFSET, NO_OFFSET, acks, message)
+
+    def append_as_leader(
+        self,
+        request_id: int,
+        records: bytes,
+        headers: Sequence[BatchHeader],
+        acks: int,
+        now_ms: MonoMs,
+        timeout_ms: int,
+    ) -> list[Effect]:
+        """A producer's batches, validated (`headers` from `hightide.core.validation.validate_produce`): refused,
+        recognised as a retry of batches the log holds, or appended; answered now, or when the HW passes them."""
+        assert headers and acks in (0, 1, ACKS_ALL), (len(headers), acks)
+        assert not self.producers_stale, "the replica manager rebuilds the producer state first"
+        refusal = self.produce_refusal(acks)
+        if refusal is not ErrorCode.NONE:
+            return self.refuse_produce(request_id, refusal, acks)
+        verdict = self._check_sequences(headers)
+        if verdict.kind == "error":
+            return self._answer(request_id, verdict.error, NO_OFFSET, NO_OFFSET, acks, verdict.reason)
+        if verdict.kind == "duplicate":
+            # Kafka answers a retried batch the log already holds with its original offsets, and for acks=all
+            # only once those are committed: a retry whose first attempt timed out before the followers had it
+            # must not be acknowledged before its records are (the ack-before-commit bug of issue 11).
+            assert verdict.duplicate_of is not None
+            original = verdict.duplicate_of
+            return self._acknowledge(request_id, original.first_offset, original.last_offset, acks, now_ms, timeout_ms)
+        base_offset = self.log_end_offset
+        last_offset = base_offset + sum(h.record_count for h in headers) - 1
+        effects: list[Effect] = [
+            AppendAsLeader(self.topic, self.partition, records, base_offset, self.leader_epoch, tuple(headers))
+        ]
+        self._remember_producers(headers, base_offset)
+        self.log_end_offset = last_offset + 1
+        count = last_offset - base_offset + 1
+        effects.append(Emit(self._appended_event(base_offset, last_offset, count, len(records), True)))
+        effects += self._maybe_increment_high_watermark(now_ms)
+        return effects + self._acknowledge(request_id, base_offset, last_offset, acks, now_ms, timeout_ms)
+
+    def _acknowledge(
+        self, request_id: int, base: int, last: int, acks: int, now_ms: MonoMs, timeout_ms: int
+    ) -> list[Effect]:
+        """acks 0 and 1 are answered now; acks=all waits in the produce purgatory until the HW passes `last`."""
+        if acks != ACKS_ALL:
+            return self._answer(request_id, ErrorCode.NONE, base, last, acks)
+        self.pending_produces.append(PendingProduce(request_id, base, last, MonoMs(now_ms + timeout_ms)))
+        return self._complete_delayed_produces()
+
+    def _check_sequences(self, headers: Sequence[BatchHeader]) -> Verdict:
+        """The idempotent producer's check (KIP-98): the first batch against the table, the rest must continue it."""
+        first = headers[0]
+        if first.producer_id < 0:
+            return APPEND
+        if first.base_sequence < 0:
+            # Kafka's LogValidator: an idempotent batch needs a sequence (and next_sequence asserts it has one).
+            return Verdict("error", ErrorCode.INVALID_RECORD, reason=f"invalid sequence {first.base_sequence}")
+        last_seq = last_sequence(first.base_sequence, first.last_offset_delta)
+        verdict = self.producers.check(first.producer_id, first.producer_epoch, first.base_sequence, last_seq)
+        for header in headers[1:]:
+            continues = header.producer_id == first.producer_id and header.base_sequence == next_sequence(last_seq)
+            if verdict.kind != "append" or not continues:
+                return Verdict("error", ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, reason="batches of one request")
+            last_seq = last_sequence(header.base_sequence, header.last_offset_delta)
+        return verdict
+
+    def _remember_producers(self, headers: Sequence[BatchHeader], base_offset: int) -> None:
+        """Record appended idempotent batches (Kafka's ProducerStateEntry.addBatch), leader or follower."""
+        offset = base_offset
+        for header in headers:
+            last = offset + header.last_offset_delta
+            valid = header.producer_epoch >= 0 and header.base_sequence >= 0 and not header.is_control
+            if header.producer_id >= 0 and valid:
+                last_seq = last_sequence(header.base_sequence, header.last_offset_delta)
+                self.producers.update(
+                    header.producer_id, header.producer_epoch, header.base_sequence, last_seq, offset, last
+                )
+            offset = last + 1
+
+    def rebuild_producers(self, headers: Sequence[BatchHeader]) -> None:
+        """The producer state again, from the headers of every batch of this log (Kafka's reload after a
+        truncation or at start; Kafka reads snapshots, Hightide scans the headers)."""
+        self.producers.rebuild(headers)
+        self.producers_stale = False
+
+    def _answer(
+        self, request_id: int, error: ErrorCode, base: int, last: int, acks: int, message: str = ""
+    ) -> list[Effect]:
         event = events.ProduceCompleted(
             topic=self.topic,
             partition=self.partition,
@@ -279,7 +400,7 @@ class Partition:
             high_watermark=self.high_watermark,
             error=error.name,
         )
-        return [Emit(event), CompleteProduce(request_id, self.topic, self.partition, error, base, last)]
+        return [Emit(event), CompleteProduce(request_id, self.topic, self.partition, error, base, last, message)]
 
     def _complete_delayed_produces(self) -> list[Effect]:
         """Kafka's checkEnoughReplicasReachOffset for every waiting acks=all produce."""
@@ -295,7 +416,9 @@ class Partition:
         self.pending_produces = waiting
         return effects
 
-    def _fail_pending_produces(self, error: ErrorCode) -> list[Effect]:
+    def fail_pending_produces(self, error: ErrorCode) -> list[Effect]:
+        """Answer every waiting acks=all produce with `error`: leadership moved, the replica was deleted or went
+        offline (Kafka's DelayedProduce then finds the partition gone or no longer led)."""
         effects: list[Effect] = []
         for pending in self.pending_produces:
             effects += self._answer(pending.request_id, error, pending.base_offset, pending.last_offset, ACKS_ALL)
@@ -304,11 +427,26 @@ class Partition:
 
     # -- fetch (leader) ----------------------------------------------------------------------------------
 
-    def on_fetch(self, replica_id: int, broker_epoch: int, fetch: FetchPartition, now_ms: int) -> list[Effect]:
-        """Answer one partition of a fetch from a follower (`replica_id` >= 0) or a consumer (-1)."""
+    def on_fetch(
+        self, replica_id: int, broker_epoch: int, fetch: FetchPartitionRequest, now_ms: MonoMs
+    ) -> list[Effect]:
+        """Answer one partition of a fetch from a follower (`replica_id` >= 0) or a consumer (-1), as it arrives:
+        a follower's fetch offset is its LEO, which moves its state and maybe the HW first."""
+        return self._read(replica_id, broker_epoch, fetch, now_ms, update_follower=True)
+
+    def read_fetch(
+        self, replica_id: int, broker_epoch: int, fetch: FetchPartitionRequest, now_ms: MonoMs
+    ) -> list[Effect]:
+        """Read one partition of a fetch that waited in the purgatory: the checks again (leadership may have
+        moved), but the follower's state is not updated twice for one fetch, as in Kafka."""
+        return self._read(replica_id, broker_epoch, fetch, now_ms, update_follower=False)
+
+    def _read(
+        self, replica_id: int, broker_epoch: int, fetch: FetchPartitionRequest, now_ms: MonoMs, *, update_follower: bool
+    ) -> list[Effect]:
         error = self._fetch_error(replica_id, broker_epoch, fetch)
         if error is not ErrorCode.NONE:
-            return self._serve(replica_id, fetch, error)
+            return [self._serve(replica_id, fetch, error)]
         if fetch.last_fetched_epoch != NO_EPOCH:
             check = check_fetch_divergence(
                 self.epoch_cache,
@@ -320,21 +458,21 @@ class Partition:
                 fetch.last_fetched_epoch,
             )
             if check.error is not ErrorCode.NONE:
-                return self._serve(replica_id, fetch, check.error)
+                return [self._serve(replica_id, fetch, check.error)]
             if check.diverging is not None:
                 # A diverging follower's position is not recorded: its log is about to change.
-                return self._serve(replica_id, fetch, ErrorCode.NONE, diverging=check.diverging)
+                return [self._serve(replica_id, fetch, ErrorCode.NONE, diverging=check.diverging)]
         if not self.log_start_offset <= fetch.fetch_offset <= self.log_end_offset:
-            return self._serve(replica_id, fetch, ErrorCode.OFFSET_OUT_OF_RANGE)
+            return [self._serve(replica_id, fetch, ErrorCode.OFFSET_OUT_OF_RANGE)]
         # The follower's position moves the HW first, and the answer carries the HW it has just set (seeds 000
         # and 003; in Kafka a parked fetch woken by the HW change answers the same). A follower still learns
         # the HW that its data made one round after the data: the seeds' two round trips.
         effects: list[Effect] = []
-        if replica_id != CONSUMER_REPLICA_ID:
+        if replica_id != CONSUMER_REPLICA_ID and update_follower:
             effects += self._update_follower(replica_id, broker_epoch, fetch, now_ms)
-        return effects + self._serve(replica_id, fetch, ErrorCode.NONE)
+        return [*effects, self._serve(replica_id, fetch, ErrorCode.NONE)]
 
-    def _fetch_error(self, replica_id: int, broker_epoch: int, fetch: FetchPartition) -> ErrorCode:
+    def _fetch_error(self, replica_id: int, broker_epoch: int, fetch: FetchPartitionRequest) -> ErrorCode:
         if not self.is_leader:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if fetch.current_leader_epoch != NO_EPOCH:
@@ -351,12 +489,12 @@ class Partition:
         return ErrorCode.NONE
 
     def _serve(
-        self, replica_id: int, fetch: FetchPartition, error: ErrorCode, diverging: EpochEndOffset | None = None
-    ) -> list[Effect]:
-        response = FetchResponsePartition(
+        self, replica_id: int, fetch: FetchPartitionRequest, error: ErrorCode, diverging: EpochEndOffset | None = None
+    ) -> ServeFetch:
+        response = FetchPartitionResponse(
             topic=self.topic,
             partition=self.partition,
-            error=error,
+            error=int(error),
             high_watermark=self.high_watermark,
             log_start_offset=self.log_start_offset,
             log_end_offset=self.log_end_offset,
@@ -380,10 +518,13 @@ class Partition:
             diverging_end_offset=response.diverging_end_offset,
             error=error.name,
         )
-        serve = ServeFetch(replica_id, response, fetch.fetch_offset, max_offset if readable else -1, fetch.max_bytes)
-        return [Emit(event), serve]
+        return ServeFetch(
+            replica_id, response, fetch.fetch_offset, max_offset if readable else -1, fetch.partition_max_bytes, event
+        )
 
-    def _update_follower(self, replica_id: int, broker_epoch: int, fetch: FetchPartition, now_ms: int) -> list[Effect]:
+    def _update_follower(
+        self, replica_id: int, broker_epoch: int, fetch: FetchPartitionRequest, now_ms: MonoMs
+    ) -> list[Effect]:
         """Kafka's updateFollowerFetchState: the fetch offset is the follower's LEO."""
         remote = self.remotes[replica_id]
         previous_end = remote.log_end_offset
@@ -415,7 +556,7 @@ class Partition:
 
     # -- the high watermark (leader) -----------------------------------------------------------------------
 
-    def _maybe_increment_high_watermark(self, now_ms: int) -> list[Effect]:
+    def _maybe_increment_high_watermark(self, now_ms: MonoMs) -> list[Effect]:
         """Kafka's maybeIncrementLeaderHW; then answer the acks=all produces it completes."""
         if not self.is_leader or self.is_under_min_isr():
             return []
@@ -427,7 +568,7 @@ class Partition:
             return []
         return self._set_high_watermark(candidate) + self._complete_delayed_produces()
 
-    def _counts_for_high_watermark(self, remote: RemoteReplica, now_ms: int) -> bool:
+    def _counts_for_high_watermark(self, remote: RemoteReplica, now_ms: MonoMs) -> bool:
         """A remote holds the HW back if it is in the maximal ISR, or caught up and ISR-eligible (Kafka's
         shouldWaitForReplicaToJoinIsr: a replica about to join must not find the HW above its LEO)."""
         if remote.broker_id in self.isr_state.maximal_isr:
@@ -450,7 +591,7 @@ class Partition:
 
     # -- the ISR (leader) ----------------------------------------------------------------------------------
 
-    def _maybe_expand_isr(self, remote: RemoteReplica, now_ms: int) -> list[Effect]:
+    def _maybe_expand_isr(self, remote: RemoteReplica, now_ms: MonoMs) -> list[Effect]:
         state = self.isr_state
         if state.inflight or remote.broker_id in state.isr or not self.is_isr_eligible(remote.broker_id):
             return []
@@ -460,7 +601,7 @@ class Partition:
             return []
         return self._propose_isr(state.isr | {remote.broker_id}, "expand", now_ms)
 
-    def maybe_shrink_isr(self, now_ms: int) -> list[Effect]:
+    def maybe_shrink_isr(self, now_ms: MonoMs) -> list[Effect]:
         """Kafka's isr-expiration task: propose removing ISR members that are no longer caught up."""
         if not self.is_leader or self.isr_state.inflight:
             return []
@@ -474,10 +615,10 @@ class Partition:
             return []
         return self._propose_isr(self.isr - out_of_sync, "shrink", now_ms)
 
-    def _propose_isr(self, proposed: frozenset[int], change: str, now_ms: int) -> list[Effect]:
+    def _propose_isr(self, proposed: frozenset[int], change: str, now_ms: MonoMs) -> list[Effect]:
         assert self.local_id in proposed
         self.isr_state = IsrState(self.isr, proposed, change)
-        self.alter_partition_deadline_ms = now_ms + self.config.alter_partition_timeout_ms
+        self.alter_partition_deadline_ms = MonoMs(now_ms + self.config.alter_partition_timeout_ms)
         event = events.IsrChangeProposed(
             topic=self.topic,
             partition=self.partition,
@@ -505,9 +646,18 @@ class Partition:
             new_isr_broker_epochs=epochs,
         )
 
-    def on_alter_partition_response(self, response: AlterPartitionResponse, now_ms: int) -> list[Effect]:
-        """Kafka's handleAlterPartitionUpdate / handleAlterPartitionError."""
+    def on_alter_partition_response(
+        self, request: AlterPartitionRequest, response: AlterPartitionResponse, now_ms: MonoMs
+    ) -> list[Effect]:
+        """Kafka's handleAlterPartitionUpdate / handleAlterPartitionError for the answer to `request`."""
         if not self.is_leader or not self.isr_state.inflight:
+            return []
+        current = self._alter_partition_request()
+        proposal = (request.leader_epoch, request.partition_epoch, request.new_isr)
+        if proposal != (current.leader_epoch, current.partition_epoch, current.new_isr):
+            # The answer to an earlier proposal, whose commit the metadata brought first: the state has moved on
+            # (maybe to a new proposal), and accepting it would drop the pending one from the maximal ISR while
+            # the controller may still commit it (Kafka ignores it: `partitionState != proposedIsrState`).
             return []
         error = response.error_code
         if error is ErrorCode.NONE:
@@ -523,7 +673,7 @@ class Partition:
             return [Emit(self._isr_change_completed(error))]
         # Any other error (NOT_CONTROLLER, STALE_BROKER_EPOCH, REQUEST_TIMED_OUT...) is retried by `tick` after
         # the backoff, never at once: an answer that comes back in microseconds must not become a busy loop.
-        self.alter_partition_deadline_ms = now_ms + self.config.alter_partition_retry_backoff_ms
+        self.alter_partition_deadline_ms = MonoMs(now_ms + self.config.alter_partition_retry_backoff_ms)
         return []
 
     def _isr_change_completed(self, error: ErrorCode) -> events.IsrChangeCompleted:
@@ -537,7 +687,7 @@ class Partition:
             error=error.name,
         )
 
-    def tick(self, now_ms: int) -> list[Effect]:
+    def tick(self, now_ms: MonoMs) -> list[Effect]:
         """Time passing: expire acks=all produces, send an unanswered AlterPartition again, and run the ISR
         check every replica.lag.time.max.ms / 2."""
         effects: list[Effect] = []
@@ -549,59 +699,82 @@ class Partition:
                     pending.request_id, ErrorCode.REQUEST_TIMED_OUT, pending.base_offset, pending.last_offset, -1
                 )
         if self.is_leader and self.isr_state.inflight and now_ms >= self.alter_partition_deadline_ms:
-            self.alter_partition_deadline_ms = now_ms + self.config.alter_partition_timeout_ms
+            self.alter_partition_deadline_ms = MonoMs(now_ms + self.config.alter_partition_timeout_ms)
             effects.append(Send(CONTROLLER, self._alter_partition_request()))
         if self.is_leader and now_ms >= self.next_isr_check_ms:
-            self.next_isr_check_ms = now_ms + max(self.config.replica_lag_time_max_ms // 2, 1)
+            self.next_isr_check_ms = MonoMs(now_ms + max(self.config.replica_lag_time_max_ms // 2, 1))
             effects += self.maybe_shrink_isr(now_ms)
         return effects
 
     # -- follower ----------------------------------------------------------------------------------------
 
-    def fetch_partition(self, max_bytes: int = 1024 * 1024) -> FetchPartition:
+    def fetch_partition(self, max_bytes: int = 1024 * 1024) -> FetchPartitionRequest:
         """What this follower fetches next: from its LEO, with the latest epoch it has (KIP-320 / Fetch v12)."""
         latest = self.epoch_cache.latest_epoch
         legacy = self.config.legacy_truncate_to_high_watermark
-        return FetchPartition(
+        return FetchPartitionRequest(
             topic=self.topic,
             partition=self.partition,
             fetch_offset=self.log_end_offset,
             current_leader_epoch=self.leader_epoch,
             last_fetched_epoch=NO_EPOCH if legacy or latest is None else latest,
             log_start_offset=self.log_start_offset,
-            max_bytes=max_bytes,
+            partition_max_bytes=max_bytes,
         )
 
-    def on_fetch_response(self, leader: int, response: FetchResponsePartition, now_ms: int) -> list[Effect]:
-        """Apply the leader's answer: append, truncate where the epochs diverge, or start over."""
+    def on_fetch_response(
+        self, leader: int, response: FetchPartitionResponse, headers: Sequence[BatchHeader], now_ms: MonoMs
+    ) -> list[Effect]:
+        """Apply the leader's answer (`headers`: its records, validated by `validate_replicated`): append,
+        truncate where the epochs diverge, or start over; then follow the leader's HW and log start offset."""
         if self.is_leader or leader != self.leader:
             return []
-        if response.error is ErrorCode.OFFSET_OUT_OF_RANGE:
+        error = error_code_of(response.error)
+        if error is ErrorCode.OFFSET_OUT_OF_RANGE:
             return self._handle_out_of_range(response)
-        if response.error is not ErrorCode.NONE:
+        if error is not ErrorCode.NONE:
             return []  # fenced, unknown epoch, not leader: wait for new metadata
         if response.diverging_epoch != NO_EPOCH:
             diverging = EpochEndOffset(response.diverging_epoch, response.diverging_end_offset)
             decision = offset_truncation_state(diverging, self.epoch_cache, self.log_end_offset, self.high_watermark)
             return self._truncate(decision.truncate_to, "divergence")
         effects: list[Effect] = []
-        if response.batches:
-            if response.batches[0].base_offset != self.log_end_offset:
+        if headers:
+            first = headers[0]
+            if first.base_offset > self.log_end_offset or first.last_offset < self.log_end_offset:
                 return []  # an answer to an older fetch: the log has moved since
-            effects += self._append_as_follower(response)
-        return effects + self._follow_high_watermark(response.high_watermark)
+            if first.base_offset < self.log_end_offset:
+                return self._realign(response, headers)
+            effects += self._append_as_follower(response.records, headers)
+        return effects + self._follow_high_watermark(response.high_watermark) + self._follow_log_start_offset(response)
 
-    def _append_as_follower(self, response: FetchResponsePartition) -> list[Effect]:
-        effects: list[Effect] = [AppendAsFollower(self.topic, self.partition, response.records)]
-        base = response.batches[0].base_offset
-        for batch in response.batches:
+    def _realign(self, response: FetchPartitionResponse, headers: Sequence[BatchHeader]) -> list[Effect]:
+        """The log ends inside the leader's first batch (its log start offset fell inside a batch, or a legacy
+        truncation cut this log at its HW): an empty log restarts at the batch and appends it, as Kafka's
+        appendRecordsToFollowerOrFutureReplica does on UnexpectedAppendOffsetException; a log with records is
+        cut back to the batch, and the next fetch brings it whole (never its tail alone: a batch is one CRC)."""
+        base = headers[0].base_offset
+        if self.log_end_offset > self.log_start_offset:
+            return self._truncate(base, "realignment")
+        effects = self._start_over(base)
+        return (
+            effects
+            + self._append_as_follower(response.records, headers)
+            + self._follow_high_watermark(response.high_watermark)
+        )
+
+    def _append_as_follower(self, records: bytes, headers: Sequence[BatchHeader]) -> list[Effect]:
+        assert headers[0].base_offset == self.log_end_offset, (headers[0], self.log_end_offset)
+        effects: list[Effect] = [AppendAsFollower(self.topic, self.partition, records, tuple(headers))]
+        for header in headers:
             latest = self.epoch_cache.latest_epoch
-            if latest is None or batch.partition_leader_epoch > latest:
-                effects += self._assign_epoch(batch.partition_leader_epoch, batch.base_offset)
-        last = response.batches[-1].last_offset
+            if latest is None or header.partition_leader_epoch > latest:
+                effects += self._assign_epoch(header.partition_leader_epoch, header.base_offset)
+        base, last = headers[0].base_offset, headers[-1].last_offset
+        if not self.producers_stale:
+            self._remember_producers(headers, base)
         self.log_end_offset = last + 1
-        count = last - base + 1
-        effects.append(Emit(self._appended_event(base, last, count, len(response.records), False)))
+        effects.append(Emit(self._appended_event(base, last, last - base + 1, len(records), False)))
         return effects
 
     def _follow_high_watermark(self, leader_high_watermark: int) -> list[Effect]:
@@ -611,7 +784,18 @@ class Partition:
             return []
         return self._set_high_watermark(candidate)
 
-    def _handle_out_of_range(self, response: FetchResponsePartition) -> list[Effect]:
+    def _follow_log_start_offset(self, response: FetchPartitionResponse) -> list[Effect]:
+        """Kafka's follower moves its log start offset up to the leader's (LeaderOffsetIncremented), never past
+        its own HW (the leader deleted only committed records)."""
+        target = min(response.log_start_offset, self.high_watermark)
+        if target <= self.log_start_offset:
+            return []
+        return [
+            AdvanceLogStartOffset(self.topic, self.partition, target),
+            *self.advance_log_start_offset(target, "leader"),
+        ]
+
+    def _handle_out_of_range(self, response: FetchPartitionResponse) -> list[Effect]:
         """Kafka's fetchOffsetAndTruncate: behind the leader's log start, start over there; past its end,
         truncate to it."""
         if response.log_end_offset != NO_OFFSET and response.log_end_offset < self.log_end_offset:
@@ -621,6 +805,8 @@ class Partition:
         return []
 
     def _truncate(self, offset: int, reason: str) -> list[Effect]:
+        if offset < self.log_end_offset:
+            offset = self.batch_start(offset)
         if offset >= self.log_end_offset:
             # Kafka's UnifiedLog.truncateTo still trims the epoch cache at the LEO: a replica that led an epoch
             # without writing in it holds (epoch, LEO), and would otherwise claim that epoch in every fetch
@@ -641,6 +827,7 @@ class Partition:
         self.high_watermark = min(self.high_watermark, offset)
         self.log_start_offset = min(self.log_start_offset, offset)
         effects: list[Effect] = [Truncate(self.topic, self.partition, offset)]
+        self.producers_stale = True  # batches it holds may be gone: rebuilt from the log before the next produce
         if self.epoch_cache.truncate_from_end(offset):
             effects.append(self._epoch_checkpoint())
         effects.append(Emit(self._truncated_event(before, offset, reason, high_watermark_before)))
@@ -650,6 +837,8 @@ class Partition:
         before, high_watermark_before = self.log_end_offset, self.high_watermark
         self.log_start_offset = self.log_end_offset = self.high_watermark = offset
         self.epoch_cache.clear()
+        self.producers.rebuild(())  # an empty log holds no producer's batches
+        self.producers_stale = False
         return [
             TruncateFullyAndStartAt(self.topic, self.partition, offset),
             self._epoch_checkpoint(),

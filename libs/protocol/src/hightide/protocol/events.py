@@ -241,13 +241,46 @@ class LogOpened(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogDeleted(Event):
     """A broker deleted its replica of a partition, log and all: `reason` topic_deleted (the partition is gone
-    from the metadata)."""
+    from the metadata), not_a_replica (the partition's replicas no longer include this broker) or
+    topic_id_changed (the log belonged to an earlier topic of the same name)."""
 
     topic: str
     partition: Int32
     replica: Int32
     log_end_offset: Int64
     reason: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaOffline(Event):
+    """A broker's storage refused a change to its replica's log (a full or failing disk, an append it must not
+    make): the replica went offline on that broker, as Kafka takes a failed log directory offline. It serves
+    nothing and follows nothing until the broker restarts and recovers the log; the broker reports it to the
+    controller, which moves leadership and takes it out of the ISR. `log_end_offset` is the log's end as the
+    replica last knew it to be on disk; `error` is a Kafka error name and `detail` what storage said."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    log_end_offset: Int64
+    error: str
+    detail: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchResponseRejected(Event):
+    """A follower did not apply its leader's answer for a partition: the records were not whole, intact batches
+    in offset order (`error` a Kafka error name, `detail` the first problem). It fetches again after the backoff."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    leader: Int32
+    fetch_offset: Int64
+    error: str
+    detail: str
 
 
 @catalogued

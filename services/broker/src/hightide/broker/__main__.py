@@ -41,6 +41,7 @@ def settings_from(broker_id: int, cluster_id: str, data_dir: Path, props: dict[s
         data_dir=data_dir,
         partition_config=partition_config,
         log_config=log_config,
+        log_defaults={k: v for k, v in props.items() if k in LOG_CONFIG_NAMES},
         broker_heartbeat_interval_ms=get_int(props, "broker.heartbeat.interval.ms", 2_000, minimum=10),
         replica_fetch_wait_max_ms=get_int(props, "replica.fetch.wait.max.ms", 500, minimum=0, maximum=60_000),
         replica_fetch_max_bytes=get_int(props, "replica.fetch.max.bytes", MIB, minimum=1),

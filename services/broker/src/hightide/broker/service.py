@@ -1,21 +1,17 @@
-"""The broker-replica service: hosts replicas on disk, serves produce, fetch and offsets, and follows leaders.
+"""The broker-replica service: NATS and a log directory around the replica manager.
 
-Room: services/broker (wiring). The replication rules are `hightide.core.partition.Partition`; the log is
-`hightide.storage`; this module connects them to NATS and the clock. Its parts:
+Room: services/broker (wiring). Every rule of hosting replicas, serving produce and fetch and following leaders is
+`hightide.core.replica_manager.ReplicaManager`, the object the simulator drives too. This module:
 
-- one driving task that alone calls the cores, taking inputs from a bounded inbox in order: requests (produce,
-  fetch, list offsets, offsets for leader epoch, metadata), metadata log batches, fetch responses from the
-  follower fetchers, AlterPartition answers, and ticks;
-- the metadata follower: replays the metadata log (a JetStream ordered consumer) into a `MetadataImage`;
-- the lifecycle: register with the controller once the metadata is read, heartbeat every
-  `broker.heartbeat.interval.ms`, and on SIGTERM a controlled shutdown before a clean one;
-- one follower fetcher per leader broker, fetching every partition it follows from that leader in one request;
-- delayed fetches (Kafka's DelayedFetch): a fetch with nothing to return waits until new data or a HW change on
-  one of its partitions, or `max_wait_ms`.
-
-A restarted broker acts on partition state only after it has registered and read the metadata log past its own
-registration: the controller moves a restarted broker's leaderships away before registering it, so the image then
-never makes it lead from a stale state.
+- decodes requests from NATS and hands them to the manager with the time (`Now`: the monotonic clock for timeouts,
+  the wall clock for retention), one input at a time, from a bounded inbox, in one driving task;
+- carries out the manager's effects in order (`DiskStorage` for the log directory, NATS for answers, follower
+  fetches and AlterPartition, the event sink for events), flushing events to the outbox before any answer or
+  request leaves, and hands a refused storage effect back to the manager;
+- follows the metadata log (a JetStream ordered consumer) into the `MetadataImage` the manager reads;
+- lives: registers with the controller once it has read the metadata log as far as it went at start, heartbeats
+  every `broker.heartbeat.interval.ms` (with the replicas whose storage failed), joins the queue group that answers
+  clients' metadata requests only once the manager is caught up, and on SIGTERM shuts down under control.
 """
 
 from __future__ import annotations
@@ -26,23 +22,35 @@ import itertools
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
-from hightide.broker.replica import DiskReplica, Outputs
-from hightide.core.effects import CONTROLLER, Effect
-from hightide.core.metadata_image import MetadataImage, PartitionRegistration
+from hightide.broker.storage import DiskStorage
+from hightide.core.clock import MonoMs, Now, WallMs
+from hightide.core.effects import (
+    CONTROLLER,
+    AnswerFetch,
+    AnswerProduce,
+    AppendAsLeader,
+    CheckpointHighWatermarks,
+    Effect,
+    Emit,
+    EnforceRetention,
+    Send,
+    SendFetch,
+    StorageEffect,
+)
+from hightide.core.metadata_image import MetadataImage, TopicPartition
 from hightide.core.partition import PartitionConfig
-from hightide.core.producer_state import APPEND, Verdict, last_sequence, next_sequence
-from hightide.core.truncation import offsets_for_leader_epoch
-from hightide.protocol import messages, wire
+from hightide.core.replica_manager import ReplicaManager, ReplicaManagerConfig
+from hightide.protocol import events, wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.metadata import MetadataBatch
-from hightide.protocol.records import iter_batch_headers
 from hightide.protocol.subjects import (
     BROKER_QUEUE,
     BrokerApi,
@@ -56,10 +64,8 @@ from hightide.protocol.subjects import (
 from hightide.runtime.events import EventSink
 from hightide.runtime.metadata_log import MetadataLog
 from hightide.runtime.rpc import Inbox, RequestFailed, reply, request
-from hightide.storage.checkpoint import TopicPartition
 from hightide.storage.config import LogConfig
 from hightide.storage.errors import StorageError
-from hightide.storage.manager import LogManager
 
 TICK_INTERVAL_S: Final = 0.05
 RESPONSE_OVERHEAD_BYTES: Final = 64 * 1024
@@ -73,6 +79,7 @@ class BrokerSettings:
     data_dir: Path
     partition_config: PartitionConfig
     log_config: LogConfig
+    log_defaults: dict[str, str] = field(default_factory=dict)  # topic-config defaults set for this broker
     broker_heartbeat_interval_ms: int = 2_000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 1024 * 1024
@@ -83,26 +90,40 @@ class BrokerSettings:
     controller_request_timeout_ms: int = 5_000
     controlled_shutdown_timeout_ms: int = 30_000
 
+    def manager_config(self, fetch_response_bytes_max: int) -> ReplicaManagerConfig:
+        return ReplicaManagerConfig(
+            broker_id=self.broker_id,
+            partition=self.partition_config,
+            log_defaults=self.log_defaults,
+            replica_fetch_wait_max_ms=self.replica_fetch_wait_max_ms,
+            replica_fetch_max_bytes=self.replica_fetch_max_bytes,
+            replica_fetch_response_max_bytes=self.replica_fetch_response_max_bytes,
+            replica_fetch_backoff_ms=self.replica_fetch_backoff_ms,
+            replica_fetch_timeout_ms=self.replica_fetch_wait_max_ms + 5_000,
+            fetch_response_bytes_max=fetch_response_bytes_max,
+            log_retention_check_interval_ms=self.log_retention_check_interval_ms,
+            replica_high_watermark_checkpoint_interval_ms=self.replica_high_watermark_checkpoint_interval_ms,
+        )
 
-@dataclass(slots=True)
-class ParkedFetch:
-    """A fetch waiting for data (Kafka's DelayedFetch)."""
 
-    msg: Msg
-    request: wire.FetchRequest
-    deadline: float
-    partitions: frozenset[TopicPartition]
-    woken: bool = False  # one of its partitions appended or moved its high watermark since it was last read
+@dataclass(frozen=True, slots=True)
+class _FetchDone:
+    """A follower fetch's answer (None: it failed) for the driving task."""
+
+    leader: int
+    fetch_id: int
+    response: wire.FetchResponse | None
 
 
-@dataclass(slots=True)
-class PendingProduceRequest:
-    """A produce request some of whose partitions wait for the HW (acks=all)."""
+@dataclass(frozen=True, slots=True)
+class _AlterPartitionDone:
+    request: wire.AlterPartitionRequest
+    response: wire.AlterPartitionResponse
 
-    msg: Msg
-    answers: dict[TopicPartition, wire.ProducePartitionResponse] = field(default_factory=dict)
-    waiting: int = 0
-    collecting: bool = True  # still reading the request's partitions: not complete even if none waits yet
+
+def now() -> Now:
+    """Both clocks, read once."""
+    return Now(MonoMs(time.monotonic_ns() // 1_000_000), WallMs(time.time_ns() // 1_000_000))
 
 
 class BrokerService:
@@ -116,36 +137,32 @@ class BrokerService:
         self.metadata_log = MetadataLog(nc, settings.cluster_id)
         self.inbox = Inbox()
         self.image = MetadataImage()
-        self.metadata_sequence = 0
-        self.logs: LogManager | None = None
-        self.replicas: dict[TopicPartition, DiskReplica] = {}
-        self.views: dict[TopicPartition, PartitionRegistration] = {}
-        self.broker_epochs: dict[int, int] = {}
+        self.storage = DiskStorage(settings.broker_id, settings.data_dir, settings.log_config)
+        budget = max(nc.max_payload - RESPONSE_OVERHEAD_BYTES, 1)
+        self.manager = ReplicaManager(settings.manager_config(budget), self.storage)
         self.incarnation_id = uuid.uuid4().hex
-        self.previous_broker_epoch = -1
-        self.broker_epoch = -1
         self.fenced = True
         self.stopping = asyncio.Event()
         self.metadata_ready = asyncio.Event()
         self.registered = asyncio.Event()
         self._group: asyncio.TaskGroup | None = None
-        self._fetchers: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._parked: list[ParkedFetch] = []
-        self._applied_configs: dict[str, dict[str, str]] = {}  # each hosted topic's configs as its replicas have them
-        self._finished_produces: list[PendingProduceRequest] = []
-        self._produces: dict[int, tuple[PendingProduceRequest, TopicPartition]] = {}
-        self._request_ids = itertools.count(1)
-        self._hw_told: dict[tuple[int, TopicPartition], int] = {}
-        self._next_hw_checkpoint = 0.0
-        self._next_retention = 0.0
         self._startup_target = 0
-        self._handlers: dict[str, Callable[[Msg], Any]] = {
+        self._requests: dict[int, tuple[Msg, bool]] = {}  # request id -> (its message, a consumer's fetch)
+        self._outgoing: list[tuple[Msg, wire.Wire]] = []  # this input's answers, sent once its events are stored
+        self._request_ids = itertools.count(1)
+        self._client_metadata: Subscription | None = None
+        self._proposed_changes: dict[TopicPartition, str] = {}  # the ISR change each partition last proposed
+        self._handlers: dict[str, Callable[[Msg, Now], list[Effect] | wire.Response]] = {
             BrokerApi.PRODUCE: self._on_produce,
             BrokerApi.FETCH: self._on_fetch,
-            BrokerApi.LIST_OFFSETS: self._on_list_offsets,
-            BrokerApi.OFFSETS_FOR_LEADER_EPOCH: self._on_offsets_for_leader_epoch,
-            BrokerApi.METADATA: self._on_metadata,
+            BrokerApi.LIST_OFFSETS: lambda msg, _: self.manager.list_offsets(
+                wire.decode(wire.ListOffsetsRequest, msg.data)
+            ),
+            BrokerApi.OFFSETS_FOR_LEADER_EPOCH: lambda msg, _: self.manager.offsets_for_leader_epoch(
+                wire.decode(wire.OffsetsForLeaderEpochRequest, msg.data)
+            ),
+            BrokerApi.METADATA: lambda msg, _: self.manager.metadata(wire.decode(wire.MetadataRequest, msg.data)),
         }
 
     @property
@@ -161,14 +178,9 @@ class BrokerService:
         self._startup_target = await self.metadata_log.last_sequence()
         if self._startup_target == 0:
             self.metadata_ready.set()
-        subscriptions = [
-            await self.nc.subscribe(
-                broker_api_wildcard(self.settings.cluster_id, self.id), cb=self.inbox.subscriber("request")
-            ),
-            await self.nc.subscribe(
-                any_broker_metadata(self.settings.cluster_id), queue=BROKER_QUEUE, cb=self.inbox.subscriber("request")
-            ),
-        ]
+        own = await self.nc.subscribe(
+            broker_api_wildcard(self.settings.cluster_id, self.id), cb=self.inbox.subscriber("request")
+        )
         try:
             async with asyncio.TaskGroup() as group:
                 self._group = group
@@ -178,39 +190,23 @@ class BrokerService:
                 await self._lifecycle()
                 for task in (driver, follower, ticker, *self._tasks):
                     task.cancel()
-                self._fetchers.clear()
         finally:
-            for subscription in subscriptions:
-                with contextlib.suppress(Exception):
-                    await subscription.unsubscribe()
-            self._close_logs()
+            for subscription in (own, self._client_metadata):
+                if subscription is not None:
+                    with contextlib.suppress(Exception):
+                        await subscription.unsubscribe()
+            self.storage.close(self.manager.broker_epoch, clean=self.stopping.is_set())
+            if self.stopping.is_set():
+                self.log.info("clean_shutdown", broker_epoch=self.manager.broker_epoch)
 
     def _open_logs(self) -> None:
-        now = _now_ms()
-        self.logs = LogManager.open(self.settings.data_dir, self.settings.log_config, now)
-        if self.logs.previous_clean_shutdown is not None:
-            self.previous_broker_epoch = self.logs.previous_clean_shutdown.broker_epoch
-        high_watermarks = self.logs.read_high_watermarks()
-        reason = "recovered" if self.logs.previous_clean_shutdown is None else "clean_shutdown"
-        for tp, partition_log in self.logs.logs.items():
-            replica = DiskReplica.open(
-                partition_log, self.id, self.settings.partition_config, high_watermarks.get(tp, 0)
-            )
-            replica.core.broker_epochs = self.broker_epochs
-            self.replicas[tp] = replica
-            # What recovery left (a torn tail cut, the HW from its checkpoint, the epochs cut at the LEO) is
-            # announced before anything else happens to the replica: a history rebuilt from events needs no disk.
-            self._apply(replica, replica.core.log_opened(reason), now)
-        self.log.info("logs_recovered", partitions=len(self.replicas), previous_broker_epoch=self.previous_broker_epoch)
-
-    def _close_logs(self) -> None:
-        if self.logs is None:
-            return
-        if self.stopping.is_set():
-            self.logs.checkpoint_high_watermarks()
-            self.logs.shutdown(self.broker_epoch)
-            self.log.info("clean_shutdown", broker_epoch=self.broker_epoch)
-        self.logs = None
+        at = now()
+        reason, states = self.storage.open(at.wall_ms)
+        for state in states:
+            # What recovery left is announced before anything else happens to the replica.
+            self._carry_out(self.manager.open_log(state, reason, at), at)
+        previous = self.storage.previous_broker_epoch
+        self.log.info("logs_recovered", partitions=len(states), previous_broker_epoch=previous)
 
     async def _lifecycle(self) -> None:
         await self._until_stopping(self.metadata_ready.wait())
@@ -247,7 +243,9 @@ class BrokerService:
 
     async def _register(self) -> None:
         body = wire.BrokerRegistrationRequest(
-            broker_id=self.id, incarnation_id=self.incarnation_id, previous_broker_epoch=self.previous_broker_epoch
+            broker_id=self.id,
+            incarnation_id=self.incarnation_id,
+            previous_broker_epoch=self.storage.previous_broker_epoch,
         )
         try:
             answer = await self._controller(ControllerApi.REGISTER_BROKER, body, wire.BrokerRegistrationResponse)
@@ -259,17 +257,19 @@ class BrokerService:
             self.log.info("registration_refused", error=answer.error_code.name, message=answer.message)
             await self._wait_stopping(REGISTRATION_RETRY_S)
             return
-        self.broker_epoch = answer.broker_epoch
         self.registered.set()
-        self.log.info("broker_registered", broker_epoch=self.broker_epoch)
-        self.inbox.put_nowait("reconcile", None)
+        self.log.info("broker_registered", broker_epoch=answer.broker_epoch)
+        await self.inbox.put("registered", answer.broker_epoch)
 
     async def _heartbeat(self, *, want_shut_down: bool) -> wire.BrokerHeartbeatResponse | None:
         body = wire.BrokerHeartbeatRequest(
             broker_id=self.id,
-            broker_epoch=self.broker_epoch,
+            broker_epoch=self.manager.broker_epoch,
             current_metadata_offset=self.image.next_offset,
             want_shut_down=want_shut_down,
+            offline_replicas=tuple(
+                wire.TopicPartitionRef(topic=tp.topic, partition=tp.partition) for tp in self.manager.offline_replicas
+            ),
         )
         try:
             # A heartbeat must not wait longer than its interval: a paused ex-controller still in the queue group
@@ -284,16 +284,16 @@ class BrokerService:
             self.log.debug("heartbeat_failed", error=error.error_code.name)
             return None
         if answer.error_code is ErrorCode.STALE_BROKER_EPOCH:
-            self.log.warning("heartbeat_stale_epoch", broker_epoch=self.broker_epoch)
+            self.log.warning("heartbeat_stale_epoch", broker_epoch=self.manager.broker_epoch)
             return answer
         if answer.error_code is ErrorCode.NONE and self.fenced != answer.is_fenced:
             self.fenced = answer.is_fenced
-            self.log.info("broker_fenced" if self.fenced else "broker_unfenced", broker_epoch=self.broker_epoch)
+            self.log.info("broker_fenced" if self.fenced else "broker_unfenced", broker_epoch=self.manager.broker_epoch)
         return answer
 
     async def _controlled_shutdown(self) -> None:
         """Ask the controller to move leaderships away and take this broker out of every ISR, then stop."""
-        self.log.info("controlled_shutdown_started", broker_epoch=self.broker_epoch)
+        self.log.info("controlled_shutdown_started", broker_epoch=self.manager.broker_epoch)
         deadline = time.monotonic() + self.settings.controlled_shutdown_timeout_ms / 1000
         while time.monotonic() < deadline:
             answer = await self._heartbeat(want_shut_down=True)
@@ -315,188 +315,172 @@ class BrokerService:
             self.inbox.put_nowait("tick", None)
 
     async def _drive(self) -> None:
-        """The one task that calls the cores."""
+        """The one task that calls the manager: an input, its effects, then the end-of-input poll."""
         while True:
             envelope = await self.inbox.get()
             kind, payload = envelope.kind, envelope.payload
+            at = now()
             if kind == "request":
                 assert isinstance(payload, Msg)
-                await self._serve(payload)
+                effects = self._serve(payload, at)
             elif kind == "metadata":
                 assert isinstance(payload, tuple)
-                self._on_metadata_batch(payload[0], payload[1])
-            elif kind == "reconcile":
-                self._reconcile()
-            elif kind == "fetch_response":
-                assert isinstance(payload, tuple)
-                self._on_fetch_response(payload[0], payload[1])
-                payload[2].set_result(None)
-            elif kind == "alter_partition_response":
-                self._on_alter_partition_response(payload)  # type: ignore[arg-type]
-            elif kind == "tick":
-                await self._on_tick()
+                effects = self._on_metadata_batch(payload[0], payload[1], at)
+            elif kind == "registered":
+                assert isinstance(payload, int)
+                effects = self.manager.on_registered(payload, at)
+            elif isinstance(payload, _FetchDone):
+                if payload.response is None:
+                    effects = self.manager.on_fetch_failed(payload.leader, payload.fetch_id, at)
+                else:
+                    effects = self.manager.on_fetch_response(payload.leader, payload.fetch_id, payload.response, at)
+            elif isinstance(payload, _AlterPartitionDone):
+                effects = self.manager.on_alter_partition_response(payload.request, payload.response, at)
+            else:
+                assert kind == "tick", kind
+                effects = self.manager.tick(at)
+                self.storage.flush_due(at.wall_ms)
+            self._carry_out(effects + self.manager.poll(at), at)
             self.events.flush()  # the events of what just happened are in the outbox before any answer leaves
             await self._deliver()
+            await self._join_client_metadata()
 
-    async def _serve(self, msg: Msg) -> None:
+    def _serve(self, msg: Msg, at: Now) -> list[Effect]:
         started = time.perf_counter()
         api = api_of(msg.subject)
         handler = self._handlers.get(api)
-        answer: wire.Response | None
+        effects: list[Effect] = []
+        answer: wire.Response | None = None
         if handler is None:
             answer = wire.Response(error=int(ErrorCode.INVALID_REQUEST), message=f"unknown API {api[:64]}")
         else:
             try:
-                answer = handler(msg)
+                outcome = handler(msg, at)
             except wire.InvalidRequest as error:
-                answer = wire.error_response(wire.RESPONSE_OF[api], error.error_code, str(error))
+                outcome = wire.error_response(wire.RESPONSE_OF[api], error.error_code, str(error))
+            if isinstance(outcome, list):
+                effects = outcome
+            else:
+                answer = outcome
         if answer is not None:
-            self.events.flush()
-            await reply(self.nc, msg, answer)
+            self._outgoing.append((msg, answer))
         if self.metrics is not None:
             error_name = "NONE" if answer is None else answer.error_code.name
             # Any token after `broker.<id>.` reaches here: one label for all unknown APIs bounds the series.
             request_label = api if handler is not None else "unknown"
             self.metrics.requests.observe(request_label, error_name, (time.perf_counter() - started) * 1000)
+        return effects
 
-    # -- metadata ------------------------------------------------------------------------------------------------
+    def _on_produce(self, msg: Msg, at: Now) -> list[Effect]:
+        body = wire.decode(wire.ProduceRequest, msg.data)
+        request_id = next(self._request_ids)
+        self._requests[request_id] = (msg, False)
+        return self.manager.on_produce(request_id, body, at)
 
-    def _on_metadata_batch(self, sequence: int, batch: MetadataBatch) -> None:
+    def _on_fetch(self, msg: Msg, at: Now) -> list[Effect]:
+        body = wire.decode(wire.FetchRequest, msg.data)
+        request_id = next(self._request_ids)
+        self._requests[request_id] = (msg, body.replica_id < 0)
+        return self.manager.on_fetch(request_id, body, at)
+
+    def _on_metadata_batch(self, sequence: int, batch: MetadataBatch, at: Now) -> list[Effect]:
         self.image = self.image.apply_all(batch.records)
-        self.metadata_sequence = sequence
         if sequence >= self._startup_target:
             self.metadata_ready.set()
-        self._reconcile()
+        return self.manager.on_metadata(self.image, at)
 
-    def _reconcile(self) -> None:
-        """Lead or follow every hosted partition as the image says (once registered and caught up)."""
-        if not self.registered.is_set() or self.image.next_offset <= self.broker_epoch:
-            return
-        self.broker_epochs.clear()
-        self.broker_epochs.update({b.broker_id: b.broker_epoch for b in self.image.brokers.values() if b.active})
-        for replica in self.replicas.values():
-            replica.core.local_broker_epoch = self.broker_epoch  # the leader's AlterPartition carries it
-        now = _now_ms()
-        hosted: set[TopicPartition] = set()
-        for (topic, index), registration in self.image.all_partitions():
-            if self.id not in registration.replicas:
-                continue
-            tp = TopicPartition(topic, index)
-            hosted.add(tp)
-            if self.views.get(tp) == registration:
-                continue
-            self.views[tp] = registration
-            self._become(tp, registration, now)
-        for tp in [tp for tp in self.replicas if tp not in hosted and tp.topic not in self.image.topic_ids]:
-            self._delete_replica(tp)
-        self._apply_topic_configs()
-        self._start_fetchers()
-
-    def _become(self, tp: TopicPartition, registration: PartitionRegistration, now: int) -> None:
-        replica = self.replicas.get(tp) or self._create_replica(tp, now)
-        core = replica.core
-        if registration.leader == self.id:
-            if registration.leader_epoch > core.leader_epoch:
-                # A new leader knows its producers only from its log (Kafka keeps snapshots; we scan headers).
-                replica.producers.rebuild(replica.log.batch_headers())
-            effects = core.make_leader(
-                registration.leader_epoch, registration.partition_epoch, registration.replicas, registration.isr, now
+    async def _join_client_metadata(self) -> None:
+        """Answer clients' metadata requests (any broker may) only once caught up with the metadata log: a broker
+        that has just restarted would otherwise call a live topic unknown."""
+        if self._client_metadata is None and self.manager.ready:
+            self._client_metadata = await self.nc.subscribe(
+                any_broker_metadata(self.settings.cluster_id), queue=BROKER_QUEUE, cb=self.inbox.subscriber("request")
             )
-            self._answer_fetches_of(registration.replicas)
-        else:
-            effects = core.make_follower(
-                registration.leader,
-                registration.leader_epoch,
-                registration.partition_epoch,
-                registration.replicas,
-                registration.isr,
-            )
-        self._apply(replica, effects, now)
-
-    def _configs_of(self, topic_name: str) -> tuple[LogConfig, PartitionConfig]:
-        """The log and partition configs of a topic's replicas: the broker's defaults overridden by the topic's
-        own configs, as in Kafka (the core reads min.insync.replicas per partition)."""
-        topic = self.image.topic(topic_name)
-        log_config, partition_config = self.settings.log_config, self.settings.partition_config
-        if topic is None or not topic.configs:
-            return log_config, partition_config
-        log_names = LogConfig().to_properties()
-        log_config = LogConfig.from_properties(
-            {k: v for k, v in topic.configs.items() if k in log_names}, base=log_config
-        )
-        if "min.insync.replicas" in topic.configs:
-            partition_config = replace(partition_config, min_insync_replicas=int(topic.configs["min.insync.replicas"]))
-        return log_config, partition_config
-
-    def _apply_topic_configs(self) -> None:
-        """Give hosted replicas the configs their topics have now: logs recovered at start opened with the
-        broker's defaults, and a topic config may be altered while its replicas are open."""
-        for topic_name in {tp.topic for tp in self.replicas}:
-            topic = self.image.topic(topic_name)
-            configs = dict(topic.configs) if topic is not None else {}
-            previous = self._applied_configs.get(topic_name)
-            if previous == configs:
-                continue
-            self._applied_configs[topic_name] = configs
-            log_config, partition_config = self._configs_of(topic_name)
-            for tp, replica in self.replicas.items():
-                if tp.topic == topic_name:
-                    replica.log.update_config(log_config)
-                    replica.core.config = partition_config
-            if previous is not None:
-                self.log.info("topic_configs_applied", topic=topic_name, configs=configs)
-
-    def _create_replica(self, tp: TopicPartition, now: int) -> DiskReplica:
-        assert self.logs is not None
-        log_config, partition_config = self._configs_of(tp.topic)
-        partition_log = self.logs.get_or_create_log(tp, now, log_config)
-        replica = DiskReplica.open(partition_log, self.id, partition_config, 0)
-        replica.core.broker_epochs = self.broker_epochs
-        replica.core.local_broker_epoch = self.broker_epoch
-        self.replicas[tp] = replica
-        self._apply(replica, replica.core.log_opened("created"), now)
-        return replica
-
-    def _delete_replica(self, tp: TopicPartition) -> None:
-        assert self.logs is not None
-        replica = self.replicas.pop(tp)
-        self.views.pop(tp, None)
-        with contextlib.suppress(StorageError):
-            self.logs.delete_log(tp)
-        self._apply(replica, replica.core.log_deleted("topic_deleted"), _now_ms())
-        self.log.info("partition_deleted", topic=tp.topic, partition=tp.partition)
+            self.log.info("serving_clients", metadata_offset=self.image.next_offset)
 
     # -- effects -------------------------------------------------------------------------------------------------
 
-    def _apply(self, replica: DiskReplica, effects: list[Effect], now: int, validated: Any = None) -> Outputs:
-        out = replica.apply(effects, now, validated)
-        for event in out.events:
-            self.events.emit(event)
-        for send in out.sends:
-            self._send(send.destination, send.message)
-        for completion in out.completions:
-            self._complete_produce(completion)
-        if out.appended or out.high_watermark_moved:
-            self._wake_parked(TopicPartition(replica.core.topic, replica.core.partition))
-        return out
+    def _carry_out(self, effects: list[Effect], at: Now) -> None:
+        """Each effect in order. Answers are queued for `_deliver`, which sends them after the events are in the
+        outbox; a storage refusal goes back to the manager with the effects not yet carried out."""
+        queue = list(effects)
+        while queue:
+            effect = queue.pop(0)
+            if isinstance(effect, StorageEffect):
+                try:
+                    reported, moved = self.storage.apply(effect, at.wall_ms)
+                except StorageError as error:
+                    self.log.warning("storage_refused", effect=type(effect).__name__, error=str(error)[:512])
+                    queue = self.manager.on_storage_error(effect, error.error_code, str(error), queue, at)
+                    continue
+                for event in reported:
+                    self.events.emit(event)
+                self._count(effect)
+                if isinstance(effect, EnforceRetention) and moved is not None:
+                    tp = TopicPartition(effect.topic, effect.partition)
+                    queue = self.manager.on_log_start_advanced(tp, moved, "retention", at) + queue
+                continue
+            if isinstance(effect, CheckpointHighWatermarks):
+                try:
+                    self.storage.checkpoint()
+                except StorageError as error:
+                    queue = self.manager.on_storage_error(effect, error.error_code, str(error), queue, at)
+                self._update_gauges()
+                continue
+            self._carry_out_outside(effect)
 
-    def _send(self, destination: int, message: object) -> None:
-        assert destination == CONTROLLER and isinstance(message, wire.AlterPartitionRequest), message
-        self._spawn(self._alter_partition(message))
+    def _carry_out_outside(self, effect: Effect) -> None:
+        match effect:
+            case Emit(event=event):
+                self.events.emit(event)
+                self._count_isr_change(event)
+            case AnswerProduce(request_id=request_id, response=response):
+                msg, _ = self._requests.pop(request_id)
+                self._outgoing.append((msg, response))
+            case AnswerFetch(request_id=request_id, response=response):
+                msg, consumer = self._requests.pop(request_id)
+                if self.metrics is not None and consumer:
+                    self.metrics.bytes_out.inc(sum(len(p.records) for p in response.partitions))
+                self._outgoing.append((msg, response))
+            case SendFetch(leader=leader, fetch_id=fetch_id, request=body):
+                self._spawn(self._fetch(leader, fetch_id, body))
+            case Send(destination=destination, message=message):
+                assert destination == CONTROLLER
+                self._spawn(self._alter_partition(message))
+            case _:
+                raise AssertionError(f"an effect the broker does not know: {effect!r}")
+
+    async def _deliver(self) -> None:
+        """Send the answers of this input, after its events are in the outbox."""
+        outgoing, self._outgoing = self._outgoing, []
+        for msg, answer in outgoing:
+            await reply(self.nc, msg, answer)
 
     def _spawn(self, coroutine: Any) -> None:
-        """A task of the service's group that shutdown cancels (fetchers, AlterPartition calls)."""
+        """A task of the service's group that shutdown cancels (fetches, AlterPartition calls)."""
         assert self._group is not None
         task = self._group.create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _fetch(self, leader: int, fetch_id: int, body: wire.FetchRequest) -> None:
+        """One follower fetch (Kafka's ReplicaFetcherThread's request): its answer, or its failure, goes back to
+        the manager, which sends the next one."""
+        subject = broker_api(self.settings.cluster_id, leader, BrokerApi.FETCH)
+        timeout_s = (body.max_wait_ms + 5_000) / 1000
+        response: wire.FetchResponse | None = None
+        try:
+            response = await request(self.nc, subject, body, wire.FetchResponse, timeout_s=timeout_s)
+        except RequestFailed as error:
+            self.log.debug("fetch_failed", leader=leader, error=error.error_code.name)
+        await self.inbox.put("fetch_response", _FetchDone(leader, fetch_id, response))
 
     async def _alter_partition(self, message: wire.AlterPartitionRequest) -> None:
         try:
             answer = await self._controller(ControllerApi.ALTER_PARTITION, message, wire.AlterPartitionResponse)
         except RequestFailed as error:
             self.log.info("alter_partition_unanswered", error=error.error_code.name, topic=message.topic)
-            return  # the core sends it again after alter.partition timeout
+            return  # the core sends it again after alter.partition.timeout.ms
         if answer.error_code is not ErrorCode.NONE:
             self.log.info(
                 "alter_partition_refused",
@@ -505,462 +489,33 @@ class BrokerService:
                 partition=message.partition,
                 new_isr=list(message.new_isr),
             )
-        # The answer to this request: a top-level error carries no topic.
-        response = answer.model_copy(update={"topic": message.topic, "partition": message.partition})
-        await self.inbox.put("alter_partition_response", response)
+        await self.inbox.put("alter_partition_response", _AlterPartitionDone(message, answer))
 
-    def _on_alter_partition_response(self, response: wire.AlterPartitionResponse) -> None:
-        assert response.topic is not None and response.partition is not None
-        replica = self.replicas.get(TopicPartition(response.topic, response.partition))
-        if replica is not None:
-            now = _now_ms()
-            self._apply(replica, replica.core.on_alter_partition_response(response, now), now)
+    # -- metrics -------------------------------------------------------------------------------------------------
 
-    async def _deliver(self) -> None:
-        """Answer produce requests whose every partition is done (collected while effects were applied)."""
-        done, self._finished_produces = self._finished_produces, []
-        for pending in done:
-            answers = tuple(pending.answers.values())
-            await reply(self.nc, pending.msg, wire.ProduceResponse(partitions=answers))
-        await self._answer_parked()
+    def _count(self, effect: StorageEffect) -> None:
+        if self.metrics is not None and isinstance(effect, AppendAsLeader):
+            self.metrics.bytes_in.inc(len(effect.records))
+            self.metrics.messages_in.inc(sum(h.record_count for h in effect.headers))
 
-    # -- produce -------------------------------------------------------------------------------------------------
-
-    def _on_produce(self, msg: Msg) -> None:
-        request = wire.decode(wire.ProduceRequest, msg.data)
-        pending = PendingProduceRequest(msg)
-        now = _now_ms()
-        for data in request.partitions:
-            tp = TopicPartition(data.topic, data.partition)
-            error, message = self._produce_partition(pending, tp, data.records, request, now)
-            if error is not None:
-                pending.answers[tp] = wire.ProducePartitionResponse(
-                    topic=tp.topic, partition=tp.partition, error=int(error), message=message
-                )
-        pending.collecting = False
-        if pending.waiting == 0:
-            self._finished_produces.append(pending)
-
-    def _produce_partition(
-        self, pending: PendingProduceRequest, tp: TopicPartition, records: bytes, request: wire.ProduceRequest, now: int
-    ) -> tuple[ErrorCode | None, str]:
-        replica = self.replicas.get(tp)
-        if replica is None or not replica.core.is_leader:
-            known = self.image.partition(tp.topic, tp.partition) is not None
-            return (ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), ""
-        if tp in pending.answers:
-            return ErrorCode.INVALID_REQUEST, "the partition appears twice in the request"
-        try:
-            headers = replica.validate(records)
-        except StorageError as error:
-            return error.error_code, str(error)
-        verdict = self._check_sequences(replica, headers)
-        if verdict.kind == "error":
-            return verdict.error, verdict.reason
-        if verdict.kind == "duplicate":
-            assert verdict.duplicate_of is not None
-            # Kafka answers a retried batch it already has with the original offsets (DUPLICATE_SEQUENCE handling).
-            pending.answers[tp] = wire.ProducePartitionResponse(
-                topic=tp.topic, partition=tp.partition, error=0, base_offset=verdict.duplicate_of.first_offset
-            )
-            return None, ""
-        count = sum(h.record_count for h in headers)
-        base_offset = replica.core.log_end_offset
-        request_id = next(self._request_ids)
-        self._produces[request_id] = (pending, tp)
-        pending.waiting += 1
-        effects = replica.core.append_as_leader(request_id, records, count, request.acks, now, request.timeout_ms)
-        out = self._apply(replica, effects, now, validated=headers)
-        if out.appended:
-            self._remember_sequences(replica, headers, base_offset)
-        if self.metrics is not None:
-            self.metrics.bytes_in.inc(len(records))
-            self.metrics.messages_in.inc(count)
-        return None, ""
-
-    def _check_sequences(self, replica: DiskReplica, headers: list[Any]) -> Verdict:
-        """The idempotent producer's check (KIP-98): the first batch against the table, the rest must continue it."""
-        first = headers[0]
-        if first.producer_id < 0:
-            return APPEND
-        if first.base_sequence < 0:
-            # Kafka's LogValidator: an idempotent batch needs a sequence (and next_sequence asserts it has one).
-            return Verdict("error", ErrorCode.INVALID_RECORD, reason=f"invalid sequence {first.base_sequence}")
-        last_seq = last_sequence(first.base_sequence, first.last_offset_delta)
-        verdict = replica.producers.check(first.producer_id, first.producer_epoch, first.base_sequence, last_seq)
-        for header in headers[1:]:
-            continues = header.producer_id == first.producer_id and header.base_sequence == next_sequence(last_seq)
-            if verdict.kind != "append" or not continues:
-                return Verdict("error", ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, reason="batches of one request")
-            last_seq = last_sequence(header.base_sequence, header.last_offset_delta)
-        return verdict
-
-    def _remember_sequences(self, replica: DiskReplica, headers: list[Any], base_offset: int) -> None:
-        offset = base_offset
-        for header in headers:
-            last = offset + header.last_offset_delta
-            if header.producer_id >= 0:
-                replica.producers.update(
-                    header.producer_id,
-                    header.producer_epoch,
-                    header.base_sequence,
-                    last_sequence(header.base_sequence, header.last_offset_delta),
-                    offset,
-                    last,
-                )
-            offset = last + 1
-
-    def _complete_produce(self, completion: Any) -> None:
-        entry = self._produces.pop(completion.request_id, None)
-        if entry is None:
+    def _count_isr_change(self, event: events.Event) -> None:
+        """Kafka's IsrShrinksPerSec and IsrExpandsPerSec: a leader's proposed change, once committed."""
+        if self.metrics is None:
             return
-        pending, tp = entry
-        replica = self.replicas.get(tp)
-        pending.answers[tp] = wire.ProducePartitionResponse(
-            topic=tp.topic,
-            partition=tp.partition,
-            error=int(completion.error),
-            base_offset=completion.base_offset,
-            log_start_offset=-1 if replica is None else replica.core.log_start_offset,
-        )
-        pending.waiting -= 1
-        if pending.waiting == 0 and not pending.collecting:
-            self._finished_produces.append(pending)
-
-    # -- fetch ---------------------------------------------------------------------------------------------------
-
-    def _on_fetch(self, msg: Msg) -> wire.FetchResponse | None:
-        request = wire.decode(wire.FetchRequest, msg.data)
-        response, ready = self._read_fetch(request)
-        if ready or request.max_wait_ms == 0:
-            return response
-        deadline = time.monotonic() + request.max_wait_ms / 1000
-        partitions = frozenset(TopicPartition(p.topic, p.partition) for p in request.partitions)
-        self._parked.append(ParkedFetch(msg, request, deadline, partitions))
-        return None
-
-    def _read_fetch(self, request: wire.FetchRequest) -> tuple[wire.FetchResponse, bool]:
-        """Answer every partition now; ready means the answer should go now rather than wait for data."""
-        now = _now_ms()
-        budget = min(request.max_bytes, self.nc.max_payload - RESPONSE_OVERHEAD_BYTES)
-        answers: list[wire.FetchPartitionResponse] = []
-        size = 0
-        ready = False
-        for fetch in request.partitions:
-            tp = TopicPartition(fetch.topic, fetch.partition)
-            answer = self._fetch_partition(request, fetch, tp, max(budget - size, 0), now)
-            size += len(answer.records)
-            answers.append(answer)
-            ready = ready or answer.error != 0 or answer.diverging_epoch >= 0
-            if request.replica_id >= 0 and answer.error == 0:
-                told = self._hw_told.get((request.replica_id, tp))
-                ready = ready or told != answer.high_watermark
-                self._hw_told[(request.replica_id, tp)] = answer.high_watermark
-        ready = ready or size >= max(request.min_bytes, 1)
-        return wire.FetchResponse(partitions=tuple(answers)), ready
-
-    def _fetch_partition(
-        self, request: wire.FetchRequest, fetch: wire.FetchPartitionRequest, tp: TopicPartition, budget: int, now: int
-    ) -> wire.FetchPartitionResponse:
-        replica = self.replicas.get(tp)
-        if replica is None:
-            known = self.image.partition(tp.topic, tp.partition) is not None
-            error = ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            return wire.FetchPartitionResponse(topic=tp.topic, partition=tp.partition, error=int(error))
-        core_fetch = messages.FetchPartition(
-            topic=tp.topic,
-            partition=tp.partition,
-            fetch_offset=fetch.fetch_offset,
-            current_leader_epoch=fetch.current_leader_epoch,
-            last_fetched_epoch=fetch.last_fetched_epoch,
-            log_start_offset=fetch.log_start_offset,
-            max_bytes=min(fetch.partition_max_bytes, budget) if budget > 0 else 0,
-        )
-        effects = replica.core.on_fetch(request.replica_id, request.broker_epoch, core_fetch, now)
-        out = self._apply(replica, effects, now)
-        (answer,) = out.fetch_answers
-        if self.metrics is not None and answer.records:
-            self.metrics.bytes_out.inc(len(answer.records))
-        return wire.FetchPartitionResponse(
-            topic=tp.topic,
-            partition=tp.partition,
-            error=int(answer.error),
-            high_watermark=answer.high_watermark,
-            log_start_offset=answer.log_start_offset,
-            log_end_offset=answer.log_end_offset,
-            diverging_epoch=answer.diverging_epoch,
-            diverging_end_offset=answer.diverging_end_offset,
-            records=answer.records,
-        )
-
-    def _answer_fetches_of(self, replicas: tuple[int, ...]) -> None:
-        """A partition's new followers have fetches parked here that do not name it: answer them now, so their
-        next fetch does (else its first records wait a whole replica.fetch.wait.max.ms for the followers)."""
-        for parked in self._parked:
-            if parked.request.replica_id in replicas:
-                parked.deadline = 0.0
-
-    def _wake_parked(self, tp: TopicPartition) -> None:
-        for parked in self._parked:
-            if tp in parked.partitions:
-                parked.woken = True  # read again at the end of this input, with everything it changed
-
-    async def _answer_parked(self) -> None:
-        """Answer the parked fetches that now have something (a consumer's only once the high watermark lets it
-        read: an append alone does not answer it empty) or whose max wait is over; the rest stay parked."""
-        for _ in range(3):  # reading a follower's fetch can move a high watermark and wake others: a few passes
-            now = time.monotonic()
-            if not any(p.woken or p.deadline <= now for p in self._parked):
-                return
-            answered: set[int] = set()
-            for parked in list(self._parked):  # _read_fetch may wake entries of the list (never add any)
-                if parked.woken or parked.deadline <= now:
-                    parked.woken = False
-                    response, ready = self._read_fetch(parked.request)
-                    if ready or parked.deadline <= now:
-                        answered.add(id(parked))
-                        self.events.flush()  # reading a fetch emits (FetchServed, a moved HW)
-                        await reply(self.nc, parked.msg, response)
-            self._parked = [p for p in self._parked if id(p) not in answered]
-
-    # -- follower fetchers ---------------------------------------------------------------------------------------
-
-    def _followed_from(self, leader: int) -> list[DiskReplica]:
-        return [r for r in self.replicas.values() if r.core.leader == leader and not r.core.is_leader]
-
-    def _start_fetchers(self) -> None:
-        assert self._group is not None
-        leaders = {r.core.leader for r in self.replicas.values() if r.core.leader >= 0 and not r.core.is_leader}
-        for leader in leaders - self._fetchers:
-            self._fetchers.add(leader)
-            self._spawn(self._fetch_from(leader))
-
-    async def _fetch_from(self, leader: int) -> None:
-        """Kafka's ReplicaFetcherThread for one leader: one request for every partition followed from it."""
-        subject = broker_api(self.settings.cluster_id, leader, BrokerApi.FETCH)
-        wait_ms = self.settings.replica_fetch_wait_max_ms
-        try:
-            while not self.stopping.is_set():
-                followed = self._followed_from(leader)
-                if not followed:
-                    return
-                body = wire.FetchRequest(
-                    replica_id=self.id,
-                    broker_epoch=self.broker_epoch,
-                    max_wait_ms=wait_ms,
-                    min_bytes=1,
-                    max_bytes=self.settings.replica_fetch_response_max_bytes,
-                    partitions=tuple(self._fetch_request_partition(r) for r in followed),
-                )
-                try:
-                    response = await request(self.nc, subject, body, wire.FetchResponse, timeout_s=wait_ms / 1000 + 5.0)
-                except RequestFailed as error:
-                    self.log.debug("fetch_failed", leader=leader, error=error.error_code.name)
-                    await self._wait_stopping(self.settings.replica_fetch_backoff_ms / 1000)
-                    continue
-                done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                await self.inbox.put("fetch_response", (leader, response, done))
-                await self._applied_or_stopping(done)
-                if response.error != 0 or any(p.error != 0 for p in response.partitions):
-                    await self._wait_stopping(self.settings.replica_fetch_backoff_ms / 1000)
-        finally:
-            self._fetchers.discard(leader)
-
-    async def _applied_or_stopping(self, done: asyncio.Future[None]) -> None:
-        """Wait until the driver has applied a fetch response (the next fetch starts from what it changed), or the
-        broker stops. The driver is cancelled at shutdown, and a fetcher may outlive its own cancellation: in
-        Python 3.11 `asyncio.wait_for` (under `nc.request`) drops a cancel that lands as the reply arrives. Waiting
-        for `done` alone then hangs the shutdown; once stopping, no next fetch follows, so nothing waits on it."""
-        stopper: asyncio.Future[Any] = asyncio.ensure_future(self.stopping.wait())
-        waiting: set[asyncio.Future[Any]] = {done, stopper}
-        try:
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
-
-    def _fetch_request_partition(self, replica: DiskReplica) -> wire.FetchPartitionRequest:
-        fetch = replica.core.fetch_partition(self.settings.replica_fetch_max_bytes)
-        return wire.FetchPartitionRequest(
-            topic=fetch.topic,
-            partition=fetch.partition,
-            fetch_offset=fetch.fetch_offset,
-            current_leader_epoch=fetch.current_leader_epoch,
-            last_fetched_epoch=fetch.last_fetched_epoch,
-            log_start_offset=fetch.log_start_offset,
-            partition_max_bytes=fetch.max_bytes,
-        )
-
-    def _on_fetch_response(self, leader: int, response: wire.FetchResponse) -> None:
-        now = _now_ms()
-        for answer in response.partitions:
-            replica = self.replicas.get(TopicPartition(answer.topic, answer.partition))
-            if replica is None:
-                continue
-            try:
-                batches = tuple(
-                    messages.BatchSummary(h.base_offset, h.last_offset, h.partition_leader_epoch)
-                    for _, h in iter_batch_headers(answer.records)
-                )
-            except Exception as error:  # a leader's bytes that do not parse: drop them, fetch again
-                self.log.warning("fetched_records_unreadable", leader=leader, error=str(error))
-                continue
-            core_answer = messages.FetchResponsePartition(
-                topic=answer.topic,
-                partition=answer.partition,
-                error=wire.error_code_of(answer.error),
-                high_watermark=answer.high_watermark,
-                log_start_offset=answer.log_start_offset,
-                log_end_offset=answer.log_end_offset,
-                diverging_epoch=answer.diverging_epoch,
-                diverging_end_offset=answer.diverging_end_offset,
-                records=answer.records,
-                batches=batches,
-            )
-            try:
-                self._apply(replica, replica.core.on_fetch_response(leader, core_answer, now), now)
-            except StorageError as error:
-                self.log.warning(
-                    "follower_append_failed", topic=answer.topic, partition=answer.partition, error=str(error)
-                )
-
-    # -- offsets and metadata ------------------------------------------------------------------------------------
-
-    def _on_list_offsets(self, msg: Msg) -> wire.ListOffsetsResponse:
-        request = wire.decode(wire.ListOffsetsRequest, msg.data)
-        return wire.ListOffsetsResponse(partitions=tuple(self._list_offset(p) for p in request.partitions))
-
-    def _list_offset(self, query: wire.ListOffsetsPartition) -> wire.ListOffsetsPartitionResponse:
-        tp = TopicPartition(query.topic, query.partition)
-        replica = self.replicas.get(tp)
-        base: dict[str, Any] = {"topic": tp.topic, "partition": tp.partition}
-        if replica is None or not replica.core.is_leader:
-            return wire.ListOffsetsPartitionResponse(**base, error=int(self._not_leader_error(tp)))
-        core = replica.core
-        if query.current_leader_epoch >= 0 and query.current_leader_epoch != core.leader_epoch:
-            error = (
-                ErrorCode.FENCED_LEADER_EPOCH
-                if query.current_leader_epoch < core.leader_epoch
-                else ErrorCode.UNKNOWN_LEADER_EPOCH
-            )
-            return wire.ListOffsetsPartitionResponse(**base, error=int(error))
-        if query.timestamp == wire.EARLIEST_TIMESTAMP:
-            offset, timestamp = core.log_start_offset, -1
-        elif query.timestamp == wire.LATEST_TIMESTAMP:
-            offset, timestamp = core.high_watermark, -1
-        elif query.timestamp < 0:
-            return wire.ListOffsetsPartitionResponse(**base, error=int(ErrorCode.INVALID_REQUEST))
-        else:
-            found = replica.log.offset_for_timestamp(query.timestamp)
-            if found is None or found[1] >= core.high_watermark:
-                return wire.ListOffsetsPartitionResponse(**base, error=0)
-            timestamp, offset = found
-        epoch = core.epoch_cache.epoch_for_offset(offset) if offset < core.log_end_offset else core.leader_epoch
-        return wire.ListOffsetsPartitionResponse(
-            **base, error=0, timestamp=timestamp, offset=offset, leader_epoch=-1 if epoch is None else epoch
-        )
-
-    def _on_offsets_for_leader_epoch(self, msg: Msg) -> wire.OffsetsForLeaderEpochResponse:
-        request = wire.decode(wire.OffsetsForLeaderEpochRequest, msg.data)
-        answers = []
-        for query in request.partitions:
-            tp = TopicPartition(query.topic, query.partition)
-            replica = self.replicas.get(tp)
-            base: dict[str, Any] = {"topic": query.topic, "partition": query.partition}
-            if replica is None or not replica.core.is_leader:
-                answers.append(wire.EpochEndOffsetResponse(**base, error=int(self._not_leader_error(tp))))
-                continue
-            core = replica.core
-            error, answer = offsets_for_leader_epoch(
-                core.epoch_cache, core.log_end_offset, core.leader_epoch, query.current_leader_epoch, query.leader_epoch
-            )
-            answers.append(
-                wire.EpochEndOffsetResponse(
-                    **base, error=int(error), leader_epoch=answer.epoch, end_offset=answer.end_offset
-                )
-            )
-        return wire.OffsetsForLeaderEpochResponse(partitions=tuple(answers))
-
-    def _not_leader_error(self, tp: TopicPartition) -> ErrorCode:
-        """Why this broker cannot answer for `tp` as its leader: Kafka's code for a partition it does not know."""
-        known = self.image.partition(tp.topic, tp.partition) is not None
-        return ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-    def _on_metadata(self, msg: Msg) -> wire.MetadataResponse:
-        request = wire.decode(wire.MetadataRequest, msg.data)
-        return metadata_response(self.image, request.topics)
-
-    # -- time ----------------------------------------------------------------------------------------------------
-
-    async def _on_tick(self) -> None:
-        now = _now_ms()
-        for replica in list(self.replicas.values()):
-            self._apply(replica, replica.core.tick(now), now)
-        assert self.logs is not None
-        self.logs.flush_due_logs(now)
-        clock = time.monotonic()
-        if clock >= self._next_hw_checkpoint:
-            self._next_hw_checkpoint = clock + self.settings.replica_high_watermark_checkpoint_interval_ms / 1000
-            self.logs.checkpoint_high_watermarks()
-            self.logs.checkpoint_recovery_points()
-            self._update_gauges()
-        if clock >= self._next_retention:
-            self._next_retention = clock + self.settings.log_retention_check_interval_ms / 1000
-            self._run_retention(now)
-
-    def _run_retention(self, now: int) -> None:
-        """Retention for every hosted log (Kafka's LogManager.cleanupLogs): deleted segments and the log start
-        offsets they move are announced, and the cores follow, so fetches below the new start are refused."""
-        assert self.logs is not None
-        for replica in list(self.replicas.values()):
-            out = replica.run_retention(now)
-            for event in out.events:
-                self.events.emit(event)
-        self.logs.checkpoint_log_start_offsets()
+        if isinstance(event, events.IsrChangeProposed):
+            self._proposed_changes[TopicPartition(event.topic, event.partition)] = event.change
+        elif isinstance(event, events.IsrChangeCompleted) and event.error == "NONE":
+            change = self._proposed_changes.pop(TopicPartition(event.topic, event.partition), None)
+            if change == "shrink":
+                self.metrics.isr_shrinks.inc()
+            elif change == "expand":
+                self.metrics.isr_expands.inc()
 
     def _update_gauges(self) -> None:
         if self.metrics is None:
             return
-        leaders = [r for r in self.replicas.values() if r.core.is_leader]
-        self.metrics.partition_count.set(len(self.replicas))
+        cores = self.manager.replicas.values()
+        leaders = [core for core in cores if core.is_leader]
+        self.metrics.partition_count.set(len(self.manager.replicas))
         self.metrics.leader_count.set(len(leaders))
-        self.metrics.under_replicated_partitions.set(sum(1 for r in leaders if len(r.core.isr) < len(r.core.replicas)))
-
-
-def metadata_response(image: MetadataImage, topics: tuple[str, ...] | None) -> wire.MetadataResponse:
-    names = sorted(image.topic_ids) if topics is None else list(topics)
-    answers = []
-    for name in names:
-        topic = image.topic(name)
-        if topic is None:
-            answers.append(wire.TopicMetadata(name=name, error=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
-            continue
-        partitions = tuple(
-            wire.PartitionMetadata(
-                partition=index,
-                leader=p.leader,
-                leader_epoch=p.leader_epoch,
-                partition_epoch=p.partition_epoch,
-                replicas=p.replicas,
-                isr=p.isr,
-                elr=p.elr,
-                last_known_elr=p.last_known_elr,
-            )
-            for index, p in enumerate(topic.partitions)
-        )
-        answers.append(
-            wire.TopicMetadata(name=name, topic_id=topic.topic_id, partitions=partitions, configs=dict(topic.configs))
-        )
-    brokers = tuple(
-        wire.BrokerMetadata(
-            broker_id=b.broker_id,
-            broker_epoch=b.broker_epoch,
-            fenced=b.fenced,
-            in_controlled_shutdown=b.in_controlled_shutdown,
-        )
-        for b in sorted(image.brokers.values(), key=lambda b: b.broker_id)
-    )
-    return wire.MetadataResponse(brokers=brokers, topics=tuple(answers), metadata_offset=image.next_offset)
-
-
-def _now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
+        self.metrics.under_replicated_partitions.set(sum(1 for core in leaders if len(core.isr) < len(core.replicas)))
