@@ -34,7 +34,7 @@ from hightide.core.partition import Partition
 from hightide.core.replica_manager import ReplicaManager, ReplicaManagerConfig
 from hightide.protocol import wire
 from hightide.protocol.events import Event
-from simulation.disk import DiskFailure, MemoryDisk
+from support.memory_disk import DiskFailure, MemoryDisk
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,10 @@ class SimBroker:
                 case Emit(event=event):
                     self.events.append((self.incarnation, event))
                 case CheckpointHighWatermarks():
-                    self.disk.checkpoint_high_watermarks()
+                    try:
+                        self.disk.checkpoint_high_watermarks()
+                    except DiskFailure as failure:
+                        queue = manager.on_storage_error(effect, failure.error_code, str(failure), queue, now)
                 case Send(destination=destination, message=message):
                     assert destination == CONTROLLER
                     self.outbox.append((CONTROLLER, message))

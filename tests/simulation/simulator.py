@@ -34,7 +34,7 @@ from hightide.protocol.events import Event, LogTruncated
 from hightide.protocol.records import decode_batches, encode_batch
 from simulation.broker import Answer, ControllerAnswer, Request, SimBroker
 from simulation.controller import SimController
-from simulation.disk import MemoryDisk
+from support.memory_disk import MemoryDisk
 from simulation.invariants import (
     ControllerView,
     PartitionHistory,

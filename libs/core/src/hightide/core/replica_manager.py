@@ -642,22 +642,30 @@ class ReplicaManager:
         `unapplied` without that replica's effects, its answers turned into KAFKA_STORAGE_ERROR, then what going
         offline does (waiting produces answered, ReplicaOffline). A failed checkpoint of every log takes every
         replica offline: the log directory itself failed."""
+        durable_end: int | None = None
         if isinstance(failed, CheckpointHighWatermarks):
             doomed = set(self.replicas)
         else:
             assert isinstance(failed, StorageEffect), failed
             doomed = {TopicPartition(failed.topic, failed.partition)}
-        kept = [self._without(effect, doomed) for effect in unapplied if not _concerns(effect, doomed)]
-        out = [effect for effect in kept if effect is not None]
+            # The core counted the refused append already; the log ends where it began.
+            if isinstance(failed, AppendAsLeader):
+                durable_end = failed.base_offset
+            elif isinstance(failed, AppendAsFollower):
+                durable_end = failed.headers[0].base_offset
+        out = [kept for effect in unapplied if (kept := _without(effect, doomed)) is not None]
         for tp in sorted(doomed):
-            out += self._take_offline(tp, error, detail)
+            out += self._take_offline(tp, error, detail, durable_end)
         return out
 
-    def _take_offline(self, tp: TopicPartition, error: ErrorCode, detail: str) -> list[Effect]:
+    def _take_offline(
+        self, tp: TopicPartition, error: ErrorCode, detail: str, durable_end: int | None = None
+    ) -> list[Effect]:
         core = self.replicas.pop(tp, None)
         if core is None:
             return []
-        self.offline[tp] = _OfflineReplica(self._topic_ids.get(tp), core.log_end_offset)
+        log_end_offset = core.log_end_offset if durable_end is None else durable_end
+        self.offline[tp] = _OfflineReplica(self._topic_ids.get(tp), log_end_offset)
         self._views.pop(tp, None)
         out = self._absorb(tp, core.fail_pending_produces(ErrorCode.KAFKA_STORAGE_ERROR))
         for pending in self._produces.values():
@@ -671,32 +679,11 @@ class ReplicaManager:
             topic=tp.topic,
             partition=tp.partition,
             replica=self.id,
-            log_end_offset=core.log_end_offset,
+            log_end_offset=log_end_offset,
             error=error.name,
             detail=detail[:256],
         )
         return [*out, Emit(offline)]
-
-    def _without(self, effect: Effect, doomed: set[TopicPartition]) -> Effect | None:
-        """An answer or event of other replicas too, with the doomed replicas' parts failed."""
-        storage_error = int(ErrorCode.KAFKA_STORAGE_ERROR)
-        if isinstance(effect, AnswerProduce):
-            produced = tuple(
-                p.model_copy(update={"error": storage_error, "base_offset": -1})
-                if TopicPartition(p.topic, p.partition) in doomed and p.error == 0
-                else p
-                for p in effect.response.partitions
-            )
-            return AnswerProduce(effect.request_id, wire.ProduceResponse(partitions=produced))
-        if isinstance(effect, AnswerFetch):
-            fetched = tuple(
-                wire.FetchPartitionResponse(topic=p.topic, partition=p.partition, error=storage_error)
-                if TopicPartition(p.topic, p.partition) in doomed
-                else p
-                for p in effect.response.partitions
-            )
-            return AnswerFetch(effect.request_id, wire.FetchResponse(partitions=fetched))
-        return effect
 
     # -- following the metadata ----------------------------------------------------------------------------------
 
@@ -845,15 +832,41 @@ class ReplicaManager:
         return out
 
 
-def _concerns(effect: Effect, doomed: set[TopicPartition]) -> bool:
-    """Whether an effect is about one of the doomed replicas (its storage effects and its events)."""
+def _without(effect: Effect, doomed: set[TopicPartition]) -> Effect | None:
+    """An effect not yet carried out when the doomed replicas went offline: theirs are dropped (their storage
+    effects, and the events reporting them), but a produce answered as done is answered as failed instead, with its
+    ProduceCompleted saying so; answers of other replicas go as they are."""
+    storage_error = int(ErrorCode.KAFKA_STORAGE_ERROR)
+    if isinstance(effect, StorageEffect):
+        return None if TopicPartition(effect.topic, effect.partition) in doomed else effect
     if isinstance(effect, Emit):
         event = effect.event
         topic, partition = getattr(event, "topic", None), getattr(event, "partition", None)
-        return isinstance(topic, str) and isinstance(partition, int) and TopicPartition(topic, partition) in doomed
-    if isinstance(effect, StorageEffect):
-        return TopicPartition(effect.topic, effect.partition) in doomed
-    return False
+        if not (isinstance(topic, str) and isinstance(partition, int) and TopicPartition(topic, partition) in doomed):
+            return effect
+        if isinstance(event, events.ProduceCompleted) and event.error == "NONE":
+            failed = dataclasses.replace(
+                event, error=ErrorCode.KAFKA_STORAGE_ERROR.name, base_offset=-1, last_offset=-1
+            )
+            return Emit(failed)
+        return None
+    if isinstance(effect, AnswerProduce):
+        produced = tuple(
+            p.model_copy(update={"error": storage_error, "base_offset": -1})
+            if TopicPartition(p.topic, p.partition) in doomed and p.error == 0
+            else p
+            for p in effect.response.partitions
+        )
+        return AnswerProduce(effect.request_id, wire.ProduceResponse(partitions=produced))
+    if isinstance(effect, AnswerFetch):
+        fetched = tuple(
+            wire.FetchPartitionResponse(topic=p.topic, partition=p.partition, error=storage_error)
+            if TopicPartition(p.topic, p.partition) in doomed
+            else p
+            for p in effect.response.partitions
+        )
+        return AnswerFetch(effect.request_id, wire.FetchResponse(partitions=fetched))
+    return effect
 
 
 def _int_config(configs: Mapping[str, str], name: str, default: int) -> int:

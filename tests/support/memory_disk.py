@@ -1,4 +1,5 @@
-"""The simulated disk of one broker: a memory log per partition, its checkpoint files, and the ways a disk fails.
+"""A broker's disk in memory: a log per partition, its checkpoint files, and the ways a disk fails. The simulator's
+disk, and the replica manager's in its unit tests.
 
 It is what the simulator fakes, and all it fakes: it carries out the replica manager's storage effects the way the
 storage engine does (whole batches, offsets stamped by a leader append, truncation of whole batches, the log start
@@ -60,6 +61,8 @@ class MemoryDisk:
     rng: random.Random
     logs: dict[TopicPartition, DiskLog] = field(default_factory=dict)
     retention_probability: float = 0.0  # per retention check and log: delete a committed prefix
+    # A disk fault: "full" refuses what would take space (appends, new logs), "failing" every write.
+    fault: str | None = None
 
     # -- the storage effects -------------------------------------------------------------------------------------
 
@@ -67,6 +70,7 @@ class MemoryDisk:
         """Carry out one storage effect; DiskFailure if the disk refuses it. For EnforceRetention, the log start
         offset afterwards (None if it did not move)."""
         tp = TopicPartition(effect.topic, effect.partition)
+        self._check_fault(effect)
         match effect:
             case CreateLog(topic_id=topic_id, configs=configs):
                 existing = self.logs.get(tp)
@@ -105,6 +109,13 @@ class MemoryDisk:
                 return self._retention(tp)
         return None
 
+    def _check_fault(self, effect: StorageEffect) -> None:
+        if self.fault is None or isinstance(effect, UpdateHighWatermark):  # the HW lives in memory until checkpointed
+            return
+        takes_space = isinstance(effect, AppendAsLeader | AppendAsFollower | CreateLog)
+        if self.fault == "failing" or (self.fault == "full" and takes_space):
+            raise DiskFailure(f"disk of broker {self.broker_id} is {self.fault}: {type(effect).__name__} refused")
+
     def _log(self, tp: TopicPartition) -> DiskLog:
         disk = self.logs.get(tp)
         if disk is None:
@@ -135,6 +146,8 @@ class MemoryDisk:
         return start
 
     def checkpoint_high_watermarks(self) -> None:
+        if self.fault == "failing":
+            raise DiskFailure(f"disk of broker {self.broker_id} is failing: the HW checkpoint refused")
         for disk in self.logs.values():
             disk.checkpointed_high_watermark = disk.high_watermark
 
