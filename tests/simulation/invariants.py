@@ -10,6 +10,8 @@ free of the simulator lets a test feed each one a violating history and watch it
 | epochs_monotonic             | a partition's leader epoch and partition epoch never go down (controller)       |
 | leader_in_isr                | the controller's leader is a member of the ISR it committed                    |
 | hw_within_log                | log start <= HW <= LEO on every replica                                          |
+| log_continuity               | a live replica's core and its log agree on log start and LEO, and the log holds  |
+|                              | every offset between them: the core never runs ahead of its log                  |
 | hw_within_isr                | a leader's HW <= the known LEO of every member of its maximal ISR               |
 | committed_prefixes_agree     | below its own HW a replica holds what was committed; ISR members hold the       |
 |                              | leader's records below the leader's HW                                          |
@@ -53,6 +55,9 @@ class ReplicaSnapshot:
     records: tuple[Record, ...]
     # On a leader: (broker, LEO as the leader last heard it) for every member of its maximal ISR it has heard from.
     isr_log_end_offsets: tuple[tuple[int, int], ...] = ()
+    # Where the log on the replica's disk starts and ends (None: not known, the core's are taken).
+    disk_log_start_offset: int | None = None
+    disk_log_end_offset: int | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,7 @@ def check_step(
     for replica in replicas:
         check_hw_within_log(history.name, replica)
         check_hw_within_isr(history.name, replica)
+        check_log_continuity(history.name, replica)
     leader = _current_leader(replicas, controller)
     isr = controller.isr if controller is not None else ()
     check_committed_prefixes_agree(history.name, replicas, leader, isr, history.committed, exempt=history.exempt)
@@ -147,6 +153,28 @@ def check_hw_within_log(name: str, replica: ReplicaSnapshot) -> None:
             name,
             f"broker {replica.broker}: log start {replica.log_start_offset}, HW {replica.high_watermark}, "
             f"LEO {replica.log_end_offset}",
+        )
+
+
+def check_log_continuity(name: str, replica: ReplicaSnapshot) -> None:
+    """The core never runs ahead of its log: what it counts as appended is on the disk, offset by offset (a refused
+    append that the core counted anyway leaves a hole it would serve and commit)."""
+    if not replica.alive:
+        return
+    start = replica.log_start_offset if replica.disk_log_start_offset is None else replica.disk_log_start_offset
+    end = replica.log_end_offset if replica.disk_log_end_offset is None else replica.disk_log_end_offset
+    if (start, end) != (replica.log_start_offset, replica.log_end_offset):
+        raise InvariantViolation(
+            "log_continuity",
+            name,
+            f"broker {replica.broker}: the core's log is [{replica.log_start_offset}, {replica.log_end_offset}), "
+            f"the disk's [{start}, {end})",
+        )
+    offsets = [offset for offset, _, _ in replica.records]
+    if offsets != list(range(start, start + len(offsets))) or start + len(offsets) != end:
+        first_gap = next((o for o, e in zip(offsets, range(start, end), strict=False) if o != e), end)
+        raise InvariantViolation(
+            "log_continuity", name, f"broker {replica.broker}: the log [{start}, {end}) has a hole at {first_gap}"
         )
 
 

@@ -1,18 +1,22 @@
 """Known-bad variants of the protocol, each of which the simulator must catch: proof that its checks can fail.
 
 Each mutant changes one rule, the way a plausible bug or an old Kafka version would, by overriding one small
-method of the real Partition (or one controller setting). None of them is used outside the mutant tests.
+method of the real Partition or ReplicaManager (or one controller setting). None of them is used outside the mutant
+tests.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hightide.core.clock import MonoMs
+from hightide.core.clock import MonoMs, Now
 from hightide.core.effects import Effect, Emit
 from hightide.core.partition import NO_EPOCH, IsrState, Partition, RemoteReplica
+from hightide.core.producer_state import BatchMetadata
 from hightide.core.replica_manager import ReplicaManager
 from hightide.protocol import events
+from hightide.protocol.errors import ErrorCode
 from hightide.protocol.wire import FetchPartitionRequest
 
 
@@ -54,6 +58,26 @@ class NoDivergenceCheck(Partition):
         return super().on_fetch(replica_id, broker_epoch, blind, now_ms)
 
 
+class AcknowledgeRetriesAtOnce(Partition):
+    """Issue 11's acknowledgement before commit: a retried acks=all batch that the log already holds is answered at
+    once with its original offsets, committed or not (and whatever the ISR)."""
+
+    def _acknowledge_retry(
+        self, request_id: int, original: BatchMetadata, acks: int, now_ms: MonoMs, timeout_ms: int
+    ) -> list[Effect]:
+        return self._answer(request_id, ErrorCode.NONE, original.first_offset, original.last_offset, acks)
+
+
+class IgnoreStorageRefusals(ReplicaManager):
+    """Issue 11's silent hole: a refused append is logged and forgotten (the rest of that input's effects with it),
+    while the core has already counted the records."""
+
+    def on_storage_error(
+        self, failed: Effect, error: ErrorCode, detail: str, unapplied: Sequence[Effect], now: Now
+    ) -> list[Effect]:
+        return []
+
+
 @dataclass(frozen=True)
 class Mutant:
     name: str
@@ -72,4 +96,6 @@ MUTANTS = (
     Mutant("unclean_election", controller_settings={"unclean_leader_election_enable": True}),
     # KIP-966's motivation: a replica that lost its tail in a crash stays the last ISR member and leads.
     Mutant("no_eligible_leader_replicas", sim_settings={"eligible_leader_replicas_enable": False}),
+    Mutant("acknowledge_retries_at_once", AcknowledgeRetriesAtOnce),
+    Mutant("ignore_storage_refusals", manager_class=IgnoreStorageRefusals),
 )

@@ -1,8 +1,10 @@
 """The simulated network: messages between nodes with seeded delay, loss, duplication, reordering and cuts.
 
-Every message is delivered at `now + delay`; delays are drawn per message, so two messages between the same
-nodes may arrive out of order (as on separate TCP connections or after a NATS reconnect). A cut between two
-nodes drops everything between them until healed.
+Every message is delivered at `now + delay`, delays drawn per message. Messages from one node to another keep their
+order, as NATS delivers one connection's messages to a subscriber (a delay is never shorter than the one before it
+on that link); messages on different links race freely, so a broker may learn a commit from the metadata log before
+the controller's answer to its AlterPartition, or the reverse. A duplicate arrives right after the original (a
+retry that crossed its answer). A cut between two nodes drops everything between them until healed.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Network:
         self._queue: list[_InFlight] = []
         self._sequence = 0
         self._cut: set[frozenset[int]] = set()
+        self._last_delivery: dict[tuple[int, int], int] = {}  # per link: the latest delivery time given
         self.sent = self.dropped = 0
 
     def send(self, now_ms: int, source: int, destination: int, message: object) -> None:
@@ -43,10 +46,12 @@ class Network:
             self.dropped += 1
             return
         copies = 2 if self._rng.random() < self.faults.duplicate_probability else 1
+        delay = self._rng.randint(1, max(self.faults.delay_ms_max, 1))
+        at_ms = max(now_ms + delay, self._last_delivery.get((source, destination), 0))
+        self._last_delivery[(source, destination)] = at_ms
         for _ in range(copies):
-            delay = self._rng.randint(1, max(self.faults.delay_ms_max, 1))
-            self._sequence += 1
-            heapq.heappush(self._queue, _InFlight(now_ms + delay, self._sequence, source, destination, message))
+            self._sequence += 1  # same time: the queue's sequence keeps the link's order
+            heapq.heappush(self._queue, _InFlight(at_ms, self._sequence, source, destination, message))
 
     def next_delivery_ms(self) -> int | None:
         return self._queue[0].deliver_at_ms if self._queue else None

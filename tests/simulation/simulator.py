@@ -34,7 +34,6 @@ from hightide.protocol.events import Event, LogTruncated
 from hightide.protocol.records import decode_batches, encode_batch
 from simulation.broker import Answer, ControllerAnswer, Request, SimBroker
 from simulation.controller import SimController
-from support.memory_disk import MemoryDisk
 from simulation.invariants import (
     ControllerView,
     PartitionHistory,
@@ -48,6 +47,7 @@ from simulation.invariants import (
 )
 from simulation.mutants import Mutant
 from simulation.network import Network, NetworkFaults
+from support.memory_disk import MemoryDisk
 
 T0 = 1_700_000_000_000
 ACKS_ALL_PRODUCER = -1
@@ -55,6 +55,9 @@ ACKS_ONE_PRODUCER = -2
 CONSUMER = -3
 HEALED_STEPS_MAX = 50_000  # the healed phase stops as soon as the cluster has converged
 CLUSTER_ID = "sim"
+DISK_FAULTS = ("full", "failing", "oversized")
+CLOCK_SKEW_MS_MAX = 5_000  # each broker's wall clock starts this far from true time at most
+CLOCK_JUMP_MS_MAX = 60_000  # a wall clock jump (NTP stepping it, an operator) moves it this far at most
 # Errors after which the producer sends the same batch again (Kafka's retriable errors); any other ends the batch.
 RETRIABLE = frozenset(
     {
@@ -164,6 +167,7 @@ class Simulation:
             (self.config.topic, p): PartitionHistory(f"{self.config.topic}-{p}") for p in range(self.config.partitions)
         }
         self.restarts: list[tuple[int, int]] = []  # (at ms, broker)
+        self.disk_repairs: list[tuple[int, int]] = []  # (at ms, broker)
         self.lossy_losers: dict[tuple[str, int], set[int]] = {tp: set() for tp in self.histories}
         self.request_tags = 0
         self.emitted: list[Event] | None = None  # set to a list to keep every event the cores emit
@@ -175,6 +179,7 @@ class Simulation:
             self._schedule(self.now_ms + self.rng.randint(1, self.config.tick_ms), "tick", node)
         self.controller.start(self.now_ms)
         for broker in self.brokers.values():
+            broker.wall_skew_ms = self.rng.randint(-CLOCK_SKEW_MS_MAX, CLOCK_SKEW_MS_MAX)
             broker.start(self.now_ms)
             broker.registered_as(self.controller.registered_epoch(broker.broker_id), self.now_ms)
         self._sync_metadata()
@@ -187,7 +192,7 @@ class Simulation:
             replica_fetch_wait_max_ms=50,
             replica_fetch_max_bytes=4096,
             replica_fetch_backoff_ms=20,
-            replica_fetch_timeout_ms=200,
+            replica_fetch_timeout_ms=120,
             log_retention_check_interval_ms=100,
             replica_high_watermark_checkpoint_interval_ms=100,
         )
@@ -248,6 +253,7 @@ class Simulation:
                     broker.tick(self.now_ms)
         elif node == CONTROLLER:
             self.controller.tick(self.now_ms)
+            self._repair_due_disks()
             self._restart_due_brokers()
         elif node == CONSUMER:
             self._consume()
@@ -432,22 +438,47 @@ class Simulation:
 
     def _inject_fault(self) -> None:
         """One fault: a crash (maybe lossy), a broker cut off from everyone, one broker-to-broker link cut (a
-        follower alive for the controller but unable to fetch), healing, or a controller failover."""
+        follower alive for the controller but unable to fetch), healing, a controller failover, a disk that fails
+        (until its broker restarts, as an operator replaces it), or a broker's wall clock that jumps."""
         choice = self.rng.random()
         alive = [b for b in self.brokers.values() if b.alive]
-        if choice < 0.3 and len(alive) > 1:
+        if choice < 0.28 and len(alive) > 1:
             self._crash(self.rng.choice(alive))
-        elif choice < 0.5:
+        elif choice < 0.46:
             victim = self.rng.choice(list(self.brokers))
             self.network.isolate(victim, [*self.brokers, CONTROLLER])
-        elif choice < 0.75:
+        elif choice < 0.69:
             a, b = self.rng.sample(list(self.brokers), 2)
             self.network.cut(a, b)
-        elif choice < 0.9:
+        elif choice < 0.85:
             self.network.heal()
-        else:
+        elif choice < 0.94:
             # The standby takes over at once: the lease's expiry gap is not modelled.
             self.controller.failover(self.now_ms)
+        elif choice < 0.98 and alive:
+            self._break_disk(self.rng.choice(alive))
+        else:
+            broker = self.rng.choice(list(self.brokers.values()))
+            broker.wall_skew_ms += self.rng.randint(-CLOCK_JUMP_MS_MAX, CLOCK_JUMP_MS_MAX)
+
+    def _break_disk(self, broker: SimBroker) -> None:
+        """The broker's disk fills up, starts failing, or refuses appends larger than it takes; the broker runs on
+        with the replicas it could not write offline, until it is restarted with a working disk."""
+        if broker.disk.fault is not None:
+            return
+        broker.disk.fault = self.rng.choice(DISK_FAULTS)
+        self.disk_repairs.append((self.now_ms + self.rng.randint(300, 1_500), broker.broker_id))
+
+    def _repair_due_disks(self) -> None:
+        for entry in [r for r in self.disk_repairs if r[0] <= self.now_ms]:
+            self.disk_repairs.remove(entry)
+            self._repair(self.brokers[entry[1]])
+
+    def _repair(self, broker: SimBroker) -> None:
+        if broker.alive:
+            broker.crash(lossy=False)
+        broker.disk.fault = None
+        self.restarts.append((self.now_ms + self.rng.randint(50, 300), broker.broker_id))
 
     def _crash(self, broker: SimBroker) -> None:
         lossy = self.rng.random() < self.config.lossy_crash_probability
@@ -472,12 +503,17 @@ class Simulation:
 
     def _restart(self, broker: SimBroker) -> None:
         """A new process of a crashed broker: it recovers its logs and must register again before it acts."""
+        if broker.alive:
+            return  # restarted already (a crash and a disk repair both asked for it)
         broker.start(self.now_ms)
         self.controller.restarted(broker.broker_id)
 
     def heal(self) -> None:
         self.network.heal()
         self.network.faults = NetworkFaults(self.config.network.delay_ms_max, 0.0, 0.0)
+        for _, broker in list(self.disk_repairs):
+            self._repair(self.brokers[broker])
+        self.disk_repairs.clear()
         for at_ms, broker in list(self.restarts):
             self.restarts.remove((at_ms, broker))
             self._restart(self.brokers[broker])
@@ -545,6 +581,7 @@ class Simulation:
 
     def _snapshot(self, broker: SimBroker, tp: tuple[str, int]) -> ReplicaSnapshot:
         core = self.cores(broker)[TopicPartition(*tp)]
+        disk = broker.disk.logs.get(TopicPartition(*tp))
         return ReplicaSnapshot(
             broker=broker.broker_id,
             alive=broker.alive,
@@ -554,6 +591,8 @@ class Simulation:
             log_end_offset=core.log_end_offset,
             high_watermark=core.high_watermark,
             records=self.log_entries(broker, tp),
+            disk_log_start_offset=disk.log.start_offset if disk is not None else None,
+            disk_log_end_offset=disk.log.end_offset if disk is not None else None,
             isr_log_end_offsets=tuple(
                 (remote.broker_id, remote.log_end_offset)
                 for remote in core.remotes.values()

@@ -159,3 +159,21 @@ def test_a_leader_high_watermark_above_an_isr_members_log_end() -> None:
     check_step(PartitionHistory("t-0"), [dataclasses.replace(leader, isr_log_end_offsets=((2, 2), (3, 5)))], VIEW)
     lagging = dataclasses.replace(leader, isr_log_end_offsets=((2, 1),))
     assert violation(lambda: check_step(PartitionHistory("t-0"), [lagging], VIEW)) == "hw_within_isr"
+
+
+def test_a_core_ahead_of_its_log() -> None:
+    """The core counts an append its disk refused: its LEO is past the log's end."""
+    healthy = replica(1, [b"a", b"b"], 1, leader=True)
+    check_step(
+        PartitionHistory("t-0"), [dataclasses.replace(healthy, disk_log_start_offset=0, disk_log_end_offset=2)], VIEW
+    )
+    ahead = dataclasses.replace(healthy, log_end_offset=4, disk_log_start_offset=0, disk_log_end_offset=2)
+    assert violation(lambda: check_step(PartitionHistory("t-0"), [ahead], VIEW)) == "log_continuity"
+
+
+def test_a_log_with_a_hole() -> None:
+    """The disk took an append past a gap: offsets 0 and 2 without 1."""
+    holed = ReplicaSnapshot(1, True, True, 1, 0, 3, 0, ((0, b"a", 1), (2, b"c", 1)), (), 0, 3)
+    assert violation(lambda: check_step(PartitionHistory("t-0"), [holed], VIEW)) == "log_continuity"
+    dead = dataclasses.replace(holed, alive=False)
+    check_step(PartitionHistory("t-0"), [dead], VIEW)  # a crashed broker's log is judged when it is back

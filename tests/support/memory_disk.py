@@ -35,6 +35,8 @@ from hightide.protocol.errors import ErrorCode, HightideError
 from hightide.protocol.records import BatchHeader, decode_batches, iter_batch_headers
 from support.memory_replica import MemoryLog, _stamp
 
+OVERSIZED_BYTES = 150
+
 
 class DiskFailure(HightideError):
     """The disk refused a write (full, failing, or an append it must never make)."""
@@ -61,7 +63,8 @@ class MemoryDisk:
     rng: random.Random
     logs: dict[TopicPartition, DiskLog] = field(default_factory=dict)
     retention_probability: float = 0.0  # per retention check and log: delete a committed prefix
-    # A disk fault: "full" refuses what would take space (appends, new logs), "failing" every write.
+    # A disk fault: "full" refuses what would take space (appends, new logs), "failing" every write, "oversized"
+    # appends larger than OVERSIZED_BYTES (as a follower whose segment.bytes is smaller than its leader's batches).
     fault: str | None = None
 
     # -- the storage effects -------------------------------------------------------------------------------------
@@ -113,7 +116,12 @@ class MemoryDisk:
         if self.fault is None or isinstance(effect, UpdateHighWatermark):  # the HW lives in memory until checkpointed
             return
         takes_space = isinstance(effect, AppendAsLeader | AppendAsFollower | CreateLog)
-        if self.fault == "failing" or (self.fault == "full" and takes_space):
+        too_large = isinstance(effect, AppendAsLeader | AppendAsFollower) and len(effect.records) > OVERSIZED_BYTES
+        if (
+            self.fault == "failing"
+            or (self.fault == "full" and takes_space)
+            or (self.fault == "oversized" and too_large)
+        ):
             raise DiskFailure(f"disk of broker {self.broker_id} is {self.fault}: {type(effect).__name__} refused")
 
     def _log(self, tp: TopicPartition) -> DiskLog:

@@ -65,7 +65,14 @@ from hightide.core.effects import (
     WriteEpochCheckpoint,
 )
 from hightide.core.epoch_cache import EpochEndOffset, LeaderEpochCache
-from hightide.core.producer_state import APPEND, ProducerStateTable, Verdict, last_sequence, next_sequence
+from hightide.core.producer_state import (
+    APPEND,
+    BatchMetadata,
+    ProducerStateTable,
+    Verdict,
+    last_sequence,
+    next_sequence,
+)
 from hightide.core.truncation import check_fetch_divergence, offset_truncation_state
 from hightide.protocol import events
 from hightide.protocol.errors import ErrorCode
@@ -328,7 +335,7 @@ class Partition:
             # must not be acknowledged before its records are (the ack-before-commit bug of issue 11).
             assert verdict.duplicate_of is not None
             original = verdict.duplicate_of
-            return self._acknowledge(request_id, original.first_offset, original.last_offset, acks, now_ms, timeout_ms)
+            return self._acknowledge_retry(request_id, original, acks, now_ms, timeout_ms)
         base_offset = self.log_end_offset
         last_offset = base_offset + sum(h.record_count for h in headers) - 1
         effects: list[Effect] = [
@@ -349,6 +356,12 @@ class Partition:
             return self._answer(request_id, ErrorCode.NONE, base, last, acks)
         self.pending_produces.append(PendingProduce(request_id, base, last, MonoMs(now_ms + timeout_ms)))
         return self._complete_delayed_produces()
+
+    def _acknowledge_retry(
+        self, request_id: int, original: BatchMetadata, acks: int, now_ms: MonoMs, timeout_ms: int
+    ) -> list[Effect]:
+        """A retried batch the log holds: answered with its original offsets, when its first append would be."""
+        return self._acknowledge(request_id, original.first_offset, original.last_offset, acks, now_ms, timeout_ms)
 
     def _check_sequences(self, headers: Sequence[BatchHeader]) -> Verdict:
         """The idempotent producer's check (KIP-98): the first batch against the table, the rest must continue it."""
