@@ -21,20 +21,17 @@ from hightide.core.effects import (
     CONTROLLER,
     AnswerFetch,
     AnswerProduce,
-    CheckpointHighWatermarks,
     Effect,
     Emit,
-    EnforceRetention,
     Send,
     SendFetch,
-    StorageEffect,
 )
 from hightide.core.metadata_image import MetadataImage, TopicPartition
 from hightide.core.partition import Partition
-from hightide.core.replica_manager import ReplicaManager, ReplicaManagerConfig
+from hightide.core.replica_manager import ReplicaManager, ReplicaManagerConfig, carry_out
 from hightide.protocol import wire
 from hightide.protocol.events import Event
-from support.memory_disk import DiskFailure, MemoryDisk
+from support.memory_disk import MemoryDisk
 
 
 @dataclass(frozen=True)
@@ -155,44 +152,34 @@ class SimBroker:
     # -- effects -------------------------------------------------------------------------------------------------
 
     def _carry_out(self, effects: list[Effect], now: Now) -> None:
-        """Each effect in order, as the broker service does; a refused storage effect goes back to the manager
-        with the ones not yet carried out, and what it returns is carried out instead."""
-        manager = self._manager()
-        queue = list(effects)
-        while queue:
-            effect = queue.pop(0)
-            if isinstance(effect, StorageEffect):
-                try:
-                    moved = self.disk.apply(effect, now.wall_ms)
-                except DiskFailure as failure:
-                    queue = manager.on_storage_error(effect, failure.error_code, str(failure), queue, now)
-                    continue
-                if isinstance(effect, EnforceRetention) and moved is not None:
-                    tp = TopicPartition(effect.topic, effect.partition)
-                    queue = manager.on_log_start_advanced(tp, moved, "retention", now) + queue
-                continue
-            match effect:
-                case Emit(event=event):
-                    self.events.append((self.incarnation, event))
-                case CheckpointHighWatermarks():
-                    try:
-                        self.disk.checkpoint_high_watermarks()
-                    except DiskFailure as failure:
-                        queue = manager.on_storage_error(effect, failure.error_code, str(failure), queue, now)
-                case Send(destination=destination, message=message):
-                    assert destination == CONTROLLER
-                    self.outbox.append((CONTROLLER, message))
-                case SendFetch(leader=leader, fetch_id=fetch_id, request=request):
-                    self.outbox.append((leader, Request(fetch_id, request)))
-                case AnswerProduce(request_id=request_id, response=response):
-                    source, tag = self._requests.pop(request_id)
-                    self.answered.append((source, tag, response))
-                    self.outbox.append((source, Answer(tag, response)))
-                case AnswerFetch(request_id=request_id, response=response):
-                    source, tag = self._requests.pop(request_id)
-                    self.outbox.append((source, Answer(tag, response)))
-                case _:
-                    raise AssertionError(f"an effect the shell does not know: {effect!r}")
+        """Each effect in order, as the broker service does (`carry_out`: a refused storage effect goes back to
+        the manager), on the memory disk and the simulated network."""
+        carry_out(
+            self._manager(),
+            effects,
+            now,
+            storage=lambda effect: self.disk.apply(effect, now.wall_ms),
+            deliver=self._deliver,
+        )
+
+    def _deliver(self, effect: Effect) -> None:
+        match effect:
+            case Emit(event=event):
+                self.events.append((self.incarnation, event))
+            case Send(destination=destination, message=message):
+                assert destination == CONTROLLER
+                self.outbox.append((CONTROLLER, message))
+            case SendFetch(leader=leader, fetch_id=fetch_id, request=request):
+                self.outbox.append((leader, Request(fetch_id, request)))
+            case AnswerProduce(request_id=request_id, response=response):
+                source, tag = self._requests.pop(request_id)
+                self.answered.append((source, tag, response))
+                self.outbox.append((source, Answer(tag, response)))
+            case AnswerFetch(request_id=request_id, response=response):
+                source, tag = self._requests.pop(request_id)
+                self.outbox.append((source, Answer(tag, response)))
+            case _:
+                raise AssertionError(f"an effect the shell does not know: {effect!r}")
 
     def flush(self) -> None:
         self.disk.flush()

@@ -19,6 +19,7 @@ from hightide.core.effects import (
     AdvanceLogStartOffset,
     AppendAsFollower,
     AppendAsLeader,
+    CheckpointHighWatermarks,
     CreateLog,
     DeleteLog,
     EnforceRetention,
@@ -30,18 +31,15 @@ from hightide.core.effects import (
     WriteEpochCheckpoint,
 )
 from hightide.core.metadata_image import TopicPartition
-from hightide.core.replica_manager import LogReadError, LogState
-from hightide.protocol.errors import ErrorCode, HightideError
+from hightide.core.replica_manager import LogReadError, LogState, StorageOutcome, StorageRefusal
 from hightide.protocol.records import BatchHeader, decode_batches, iter_batch_headers
 from support.memory_replica import MemoryLog, _stamp
 
 OVERSIZED_BYTES = 150
 
 
-class DiskFailure(HightideError):
+class DiskFailure(StorageRefusal):
     """The disk refused a write (full, failing, or an append it must never make)."""
-
-    error_code = ErrorCode.KAFKA_STORAGE_ERROR
 
 
 @dataclass
@@ -69,9 +67,11 @@ class MemoryDisk:
 
     # -- the storage effects -------------------------------------------------------------------------------------
 
-    def apply(self, effect: StorageEffect, now_ms: WallMs) -> int | None:
-        """Carry out one storage effect; DiskFailure if the disk refuses it. For EnforceRetention, the log start
-        offset afterwards (None if it did not move)."""
+    def apply(self, effect: StorageEffect | CheckpointHighWatermarks, now_ms: WallMs) -> StorageOutcome:
+        """Carry out one storage effect; DiskFailure if the disk refuses it."""
+        if isinstance(effect, CheckpointHighWatermarks):
+            self.checkpoint_high_watermarks()
+            return StorageOutcome()
         tp = TopicPartition(effect.topic, effect.partition)
         self._check_fault(effect)
         match effect:
@@ -109,8 +109,8 @@ class MemoryDisk:
             case WriteEpochCheckpoint(entries=entries):
                 self._log(tp).epoch_checkpoint = entries
             case EnforceRetention():
-                return self._retention(tp)
-        return None
+                return StorageOutcome(log_start_offset=self._retention(tp))
+        return StorageOutcome()
 
     def _check_fault(self, effect: StorageEffect) -> None:
         if self.fault is None or isinstance(effect, UpdateHighWatermark):  # the HW lives in memory until checkpointed

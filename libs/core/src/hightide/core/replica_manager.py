@@ -29,7 +29,8 @@ fetches the input woke and sends follower fetches that are due.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final, Protocol
@@ -63,6 +64,7 @@ from hightide.core.truncation import offsets_for_leader_epoch
 from hightide.core.validation import validate_produce, validate_replicated
 from hightide.protocol import events, wire
 from hightide.protocol.errors import ErrorCode, HightideError
+from hightide.protocol.events import Event
 from hightide.protocol.records import BatchHeader, InvalidRecordBatch
 
 MIB: Final = 1024 * 1024
@@ -71,6 +73,51 @@ MAX_MESSAGE_BYTES_DEFAULT: Final = MIB + 12
 SEGMENT_BYTES_DEFAULT: Final = 1024 * MIB
 EARLIEST_TIMESTAMP: Final = -2
 LATEST_TIMESTAMP: Final = -1
+
+
+class StorageRefusal(HightideError):
+    """A shell's storage refused a storage effect (a full or failing disk, an append it must not make)."""
+
+    error_code = ErrorCode.KAFKA_STORAGE_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class StorageOutcome:
+    """What carrying out a storage effect did beyond it: events of what the storage engine did on its own (a
+    segment rolled or deleted), and for EnforceRetention the log start offset afterwards if it moved."""
+
+    events: tuple[Event, ...] = ()
+    log_start_offset: int | None = None
+
+
+def carry_out(
+    manager: ReplicaManager,
+    effects: Iterable[Effect],
+    now: Now,
+    *,
+    storage: Callable[[StorageEffect | CheckpointHighWatermarks], StorageOutcome],
+    deliver: Callable[[Effect], None],
+) -> None:
+    """How every shell carries out the manager's effects: in order; storage effects by `storage` (which raises
+    StorageRefusal for a refusal), the rest by `deliver` (events, answers, sends). A refusal goes back to the
+    manager with the effects not yet carried out, and what it returns is carried out instead; retention that
+    moved a log's start is reported to it, and its answer carried out next."""
+    queue = deque(effects)
+    while queue:
+        effect = queue.popleft()
+        if not isinstance(effect, StorageEffect | CheckpointHighWatermarks):
+            deliver(effect)
+            continue
+        try:
+            outcome = storage(effect)
+        except StorageRefusal as refusal:
+            queue = deque(manager.on_storage_error(effect, refusal.error_code, str(refusal), list(queue), now))
+            continue
+        for event in outcome.events:
+            deliver(Emit(event))
+        if isinstance(effect, EnforceRetention) and outcome.log_start_offset is not None:
+            tp = TopicPartition(effect.topic, effect.partition)
+            queue.extendleft(reversed(manager.on_log_start_advanced(tp, outcome.log_start_offset, "retention", now)))
 
 
 class LogReadError(HightideError):
@@ -913,6 +960,9 @@ def metadata_response(image: MetadataImage, topics: tuple[str, ...] | None) -> w
 
 __all__ = [
     "LogReadError",
+    "StorageOutcome",
+    "StorageRefusal",
+    "carry_out",
     "LogReader",
     "LogState",
     "ReplicaManager",
