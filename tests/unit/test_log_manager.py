@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hightide.core.clock import WallMs
 from hightide.protocol.errors import ErrorCode
 from hightide.storage.checkpoint import TopicPartition
 from hightide.storage.config import LogConfig
@@ -23,11 +24,11 @@ ORDERS_1 = TopicPartition("orders", 1)
 
 
 def _filled(log_dir: Path) -> LogManager:
-    manager = LogManager.open(log_dir, LogConfig(segment_bytes=300), now_ms=0)
+    manager = LogManager.open(log_dir, LogConfig(segment_bytes=300), now=WallMs(0))
     for tp in (ORDERS_0, ORDERS_1):
-        log = manager.get_or_create_log(tp, now_ms=0)
+        log = manager.get_or_create_log(tp, now=WallMs(0))
         for tag in range(5):
-            log.append_as_leader(batch(2, tag=tag), leader_epoch=0, now_ms=0)
+            log.append_as_leader(batch(2, tag=tag), leader_epoch=0, now=WallMs(0))
         log.update_high_watermark(6)
     return manager
 
@@ -41,7 +42,7 @@ def test_clean_shutdown_writes_checkpoints_and_marker_and_the_next_start_skips_r
     assert (tmp_path / "replication-offset-checkpoint").read_text() == "0\n2\norders 0 6\norders 1 6\n"
     assert (tmp_path / "log-start-offset-checkpoint").read_text() == "0\n2\norders 0 0\norders 1 0\n"
 
-    reopened = LogManager.open(tmp_path, LogConfig(segment_bytes=300), now_ms=0)
+    reopened = LogManager.open(tmp_path, LogConfig(segment_bytes=300), now=WallMs(0))
     assert reopened.previous_clean_shutdown is not None
     assert reopened.previous_clean_shutdown.broker_epoch == 42
     assert not (tmp_path / ".kafka_cleanshutdown").exists()  # a crash from here on is unclean
@@ -55,7 +56,7 @@ def test_after_a_crash_every_log_recovers_from_its_checkpointed_recovery_point(t
     manager.logs[ORDERS_0].flush()
     manager.checkpoint_recovery_points()
     manager.abandon()
-    reopened = LogManager.open(tmp_path, LogConfig(segment_bytes=300), now_ms=0)
+    reopened = LogManager.open(tmp_path, LogConfig(segment_bytes=300), now=WallMs(0))
     assert reopened.previous_clean_shutdown is None
     # orders-0 was flushed to its end: nothing to validate. orders-1 never was: validated from offset 0.
     assert sum(r.validated_bytes for r in reopened.logs[ORDERS_0].recovery_report.recovered) == 0
@@ -65,9 +66,9 @@ def test_after_a_crash_every_log_recovers_from_its_checkpointed_recovery_point(t
 
 def test_a_checkpointed_log_start_offset_survives_a_restart(tmp_path: Path) -> None:
     manager = _filled(tmp_path)
-    manager.logs[ORDERS_0].delete_records(5, now_ms=0)
+    manager.logs[ORDERS_0].delete_records(5, now=WallMs(0))
     manager.shutdown()
-    reopened = LogManager.open(tmp_path, LogConfig(segment_bytes=300), now_ms=0)
+    reopened = LogManager.open(tmp_path, LogConfig(segment_bytes=300), now=WallMs(0))
     assert reopened.logs[ORDERS_0].log_start_offset == 5
 
 
@@ -85,23 +86,23 @@ def test_a_deletion_interrupted_by_a_crash_is_finished_at_the_next_start(tmp_pat
     manager = _filled(tmp_path)
     doomed = manager.delete_log(ORDERS_1)
     manager.abandon()
-    reopened = LogManager.open(tmp_path, LogConfig(), now_ms=0)
+    reopened = LogManager.open(tmp_path, LogConfig(), now=WallMs(0))
     assert not doomed.exists() and set(reopened.logs) == {ORDERS_0}
 
 
 def test_a_log_dir_is_owned_by_one_process_at_a_time(tmp_path: Path) -> None:
-    manager = LogManager.open(tmp_path, LogConfig(), now_ms=0)
+    manager = LogManager.open(tmp_path, LogConfig(), now=WallMs(0))
     with pytest.raises(StorageError, match="in use"):
-        LogManager.open(tmp_path, LogConfig(), now_ms=0)
+        LogManager.open(tmp_path, LogConfig(), now=WallMs(0))
     manager.shutdown()
-    LogManager.open(tmp_path, LogConfig(), now_ms=0).shutdown()
+    LogManager.open(tmp_path, LogConfig(), now=WallMs(0)).shutdown()
 
 
 @pytest.mark.parametrize(("topic", "partition"), [("bad/name", 0), ("", 0), ("..", 0), ("x" * 250, 0), ("ok", -1)])
 def test_illegal_topic_partitions_are_refused_and_create_nothing(tmp_path: Path, topic: str, partition: int) -> None:
-    manager = LogManager.open(tmp_path, LogConfig(), now_ms=0)
+    manager = LogManager.open(tmp_path, LogConfig(), now=WallMs(0))
     with pytest.raises(StorageError) as raised:
-        manager.get_or_create_log(TopicPartition(topic, partition), now_ms=0)
+        manager.get_or_create_log(TopicPartition(topic, partition), now=WallMs(0))
     assert raised.value.error_code in (
         ErrorCode.INVALID_TOPIC_EXCEPTION,
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -110,14 +111,14 @@ def test_illegal_topic_partitions_are_refused_and_create_nothing(tmp_path: Path,
 
 
 def test_retention_and_flushing_run_over_every_log(tmp_path: Path) -> None:
-    manager = LogManager.open(tmp_path, LogConfig(segment_bytes=300, retention_bytes=300), now_ms=0)
-    log = manager.get_or_create_log(ORDERS_0, now_ms=0)
+    manager = LogManager.open(tmp_path, LogConfig(segment_bytes=300, retention_bytes=300), now=WallMs(0))
+    log = manager.get_or_create_log(ORDERS_0, now=WallMs(0))
     for tag in range(9):
-        log.append_as_leader(batch(2, tag=tag), leader_epoch=0, now_ms=0)
+        log.append_as_leader(batch(2, tag=tag), leader_epoch=0, now=WallMs(0))
     log.update_high_watermark(log.log_end_offset)
-    deleted = manager.run_retention(now_ms=0)
+    deleted = manager.run_retention(now=WallMs(0))
     assert [d.reason for d in deleted[ORDERS_0]] and log.size_bytes <= 300 + 300
-    assert manager.flush_due_logs(now_ms=0) == [ORDERS_0]
+    assert manager.flush_due_logs(now=WallMs(0)) == [ORDERS_0]
 
 
 def test_log_configs_use_kafkas_names_and_reject_unknown_or_out_of_range_values() -> None:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
+from hightide.core.clock import WallMs
 from hightide.core.effects import (
     AppendAsFollower,
     AppendAsLeader,
@@ -106,26 +107,26 @@ class DiskReplica:
 
     def apply(self, effects: list[Effect], now_ms: int, validated: list[BatchHeader] | None = None) -> Outputs:
         out = Outputs()
+        # FIXME(issue 11, item 4): storage takes wall-clock time; the broker still passes its monotonic clock.
+        wall = WallMs(now_ms)
         for effect in effects:
             match effect:
                 case AppendAsLeader(records=records, base_offset=base, leader_epoch=epoch):
-                    info = self.log.append_as_leader(records, epoch, now_ms, validated=validated)
+                    info = self.log.append_as_leader(records, epoch, wall, validated=validated)
                     assert info.first_offset == base, (info, base)
                     out.appended = True
-                    if info.rolled_to is not None:
-                        out.events.append(self._rolled(info.rolled_to, "append"))
+                    out.events += [self._rolled(rolled, "append") for rolled in info.rolled_to]
                 case AppendAsFollower(records=records):
-                    info = self.log.append_as_follower(records, now_ms)
+                    info = self.log.append_as_follower(records, wall)
                     out.appended = True
-                    if info.rolled_to is not None:
-                        out.events.append(self._rolled(info.rolled_to, "append"))
+                    out.events += [self._rolled(rolled, "append") for rolled in info.rolled_to]
                 case Truncate(offset=offset):
                     before = self.log.segments
-                    self.log.truncate_to(offset, now_ms)
+                    self.log.truncate_to(offset, wall)
                     out.events += self._segment_changes(before, "truncation")
                 case TruncateFullyAndStartAt(offset=offset):
                     before = self.log.segments
-                    self.log.truncate_fully_and_start_at(offset, now_ms)
+                    self.log.truncate_fully_and_start_at(offset, wall)
                     out.events += self._segment_changes(before, "truncation")
                 case UpdateHighWatermark(high_watermark=high_watermark):
                     self.log.update_high_watermark(high_watermark)
@@ -148,7 +149,7 @@ class DiskReplica:
         above the HW), then the core follows the new log start offset and cuts its epoch cache there."""
         self.log.update_high_watermark(self.core.high_watermark)
         active = self.log.active_segment
-        deleted = self.log.delete_old_segments(now_ms)
+        deleted = self.log.delete_old_segments(WallMs(now_ms))  # FIXME(issue 11, item 4): monotonic
         if not deleted:
             return Outputs()
         reported: list[Event] = [self._segment_deleted(d) for d in deleted]

@@ -34,6 +34,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from hightide.broker.replica import DiskReplica, Outputs
+from hightide.core.clock import WallMs
 from hightide.core.effects import CONTROLLER, Effect
 from hightide.core.metadata_image import MetadataImage, PartitionRegistration
 from hightide.core.partition import PartitionConfig
@@ -187,7 +188,9 @@ class BrokerService:
 
     def _open_logs(self) -> None:
         now = _now_ms()
-        self.logs = LogManager.open(self.settings.data_dir, self.settings.log_config, now)
+        self.logs = LogManager.open(
+            self.settings.data_dir, self.settings.log_config, WallMs(now)
+        )  # FIXME(issue 11, item 4)
         if self.logs.previous_clean_shutdown is not None:
             self.previous_broker_epoch = self.logs.previous_clean_shutdown.broker_epoch
         high_watermarks = self.logs.read_high_watermarks()
@@ -449,7 +452,7 @@ class BrokerService:
     def _create_replica(self, tp: TopicPartition, now: int) -> DiskReplica:
         assert self.logs is not None
         log_config, partition_config = self._configs_of(tp.topic)
-        partition_log = self.logs.get_or_create_log(tp, now, log_config)
+        partition_log = self.logs.get_or_create_log(tp, WallMs(now), log_config)  # FIXME(issue 11, item 4)
         replica = DiskReplica.open(partition_log, self.id, partition_config, 0)
         replica.core.broker_epochs = self.broker_epochs
         replica.core.local_broker_epoch = self.broker_epoch
@@ -896,7 +899,7 @@ class BrokerService:
         for replica in list(self.replicas.values()):
             self._apply(replica, replica.core.tick(now), now)
         assert self.logs is not None
-        self.logs.flush_due_logs(now)
+        self.logs.flush_due_logs(WallMs(now))  # FIXME(issue 11, item 4): monotonic passed as wall
         clock = time.monotonic()
         if clock >= self._next_hw_checkpoint:
             self._next_hw_checkpoint = clock + self.settings.replica_high_watermark_checkpoint_interval_ms / 1000
