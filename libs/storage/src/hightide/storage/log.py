@@ -58,7 +58,7 @@ from hightide.core.rolling import roll_reason
 from hightide.core.validation import validate_produce, validate_replicated
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import LOG_OVERHEAD, BatchHeader, InvalidRecordBatch, decode_batch
-from hightide.storage.checkpoint import PartitionMetadataFile, TopicPartition
+from hightide.storage.checkpoint import PartitionMetadataFile, TopicPartition, topic_id_problem
 from hightide.storage.config import LogConfig
 from hightide.storage.disk import SYSTEM_DISK, DiskIO, WriteBuffer
 from hightide.storage.errors import DiskError, LogOffline, OffsetOutOfRange, StorageError
@@ -186,6 +186,10 @@ class PartitionLog:
         The topic id on file (`partition.metadata`) is read first: a corrupt file is a StorageError, and one that
         differs from `topic_id` is INCONSISTENT_TOPIC_ID; either way nothing is changed. A log without the file
         is given `topic_id`, when there is one, before anything else is written."""
+        if topic_id is not None:
+            problem = topic_id_problem(topic_id)
+            if problem is not None:
+                raise StorageError(f"{topic_partition}: invalid topic id: {problem}", ErrorCode.INVALID_REQUEST)
         log = cls(directory, topic_partition, config, disk)
         directory.mkdir(parents=True, exist_ok=True)
         log.topic_id = log._metadata.read()

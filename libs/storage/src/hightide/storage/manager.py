@@ -179,9 +179,21 @@ class LogManager:
         if tp.partition < 0:
             raise StorageError(f"illegal partition {tp.partition}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         directory = self.log_dir / partition_dir_name(tp)
-        log = PartitionLog.open(
-            directory, tp, config or self.default_config, now, clean_shutdown=True, topic_id=topic_id, disk=self._disk
-        )
+        existed = directory.exists()
+        try:
+            log = PartitionLog.open(
+                directory,
+                tp,
+                config or self.default_config,
+                now,
+                clean_shutdown=True,
+                topic_id=topic_id,
+                disk=self._disk,
+            )
+        except BaseException:
+            if not existed:  # leave no half-made partition dir behind for the next start to load
+                shutil.rmtree(directory, ignore_errors=True)
+            raise
         fsync_directory(self.log_dir)
         self.logs[tp] = log
         return log
