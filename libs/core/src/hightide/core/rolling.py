@@ -90,8 +90,12 @@ def roll_reason(
     size = segment.size
     if size > segment_bytes - incoming_bytes:
         return RollReason.SEGMENT_BYTES
-    if size > 0 and time_waited_for_roll(segment, max_timestamp, now) > segment_ms - segment.roll_jitter_ms:
-        return RollReason.SEGMENT_MS
+    if size > 0:
+        # time_waited_for_roll, inlined: this runs before every append.
+        first = segment.rolling_based_timestamp
+        waited = max_timestamp - first if first is not None and first >= 0 else now - segment.created_ms
+        if waited > segment_ms - segment.roll_jitter_ms:
+            return RollReason.SEGMENT_MS
     if segment.offset_index_full:
         return RollReason.OFFSET_INDEX_FULL
     if segment.time_index_full:

@@ -120,7 +120,7 @@ class OffsetIndex:
         return len(self._positions)
 
     def is_full(self) -> bool:
-        return self.entries >= self.max_entries
+        return len(self._positions) >= self.max_entries  # asked before every append: no property in between
 
     def last_entry(self) -> OffsetPosition:
         if not self._positions:
@@ -208,7 +208,7 @@ class TimeIndex:
 
     def is_full(self) -> bool:
         # Kafka keeps one slot free for the entry written when the segment becomes inactive.
-        return self.entries >= self.max_entries - 1
+        return len(self._timestamps) >= self.max_entries - 1
 
     def last_entry(self) -> TimestampOffset:
         if not self._timestamps:

@@ -80,17 +80,15 @@ DELETE_RECORDS_TO_HIGH_WATERMARK: Final = -1
 _Chunk = tuple[list[WriteBuffer], list[WrittenBatch]]
 
 
+@dataclass(frozen=True, slots=True)
 class _AppendUndo:
-    """What putting the log back after a failed append needs: taken before the append writes anything."""
+    """What putting the log back after a failed append needs, as it was before the append wrote anything."""
 
-    __slots__ = ("active", "created_ms", "flush_wanted_up_to", "log_end_offset", "segments")
-
-    def __init__(self, segments: int, active: LogSegment, flush_wanted_up_to: int) -> None:
-        self.segments = segments
-        self.active = active
-        self.log_end_offset = active.next_offset
-        self.created_ms = active.created_ms
-        self.flush_wanted_up_to = flush_wanted_up_to
+    segments: int
+    active: LogSegment
+    log_end_offset: int
+    created_ms: WallMs
+    flush_wanted_up_to: int
 
 
 class AppendInfo(NamedTuple):
@@ -350,7 +348,6 @@ class PartitionLog:
         assert leader_epoch >= 0
         self._check_online()
         headers = validated if validated is not None else self.validate_client_batches(records)
-        assert sum(header.size for header in headers) == len(records), "the headers are not these bytes'"
         if len(records) > self.config.segment_bytes:  # validated under another config, before it changed
             raise self._too_large(len(records), "the batches")
         view = memoryview(records)
@@ -366,6 +363,7 @@ class PartitionLog:
             batches.append((base_offset, last_offset, header.max_timestamp, size))
             base_offset = last_offset + 1
             position += size
+        assert position == len(records), "the headers are not these bytes'"
         return self._append([(buffers, batches)], ((leader_epoch, batches[0][0]),), now)
 
     def append_as_follower(
@@ -386,38 +384,52 @@ class PartitionLog:
                 raise StorageError(f"{self.topic_partition}: {e.args[0]}", e.error_code) from None
         else:
             headers = validated
-            assert sum(header.size for header in headers) == len(records), "the headers are not these bytes'"
         if not headers:
             raise StorageError(f"{self.topic_partition}: no record batches to append", ErrorCode.INVALID_RECORD)
-        self._check_continues_the_log(headers)
-        epoch_starts: list[tuple[int, int]] = []
-        for header in headers:
-            if not epoch_starts or epoch_starts[-1][0] != header.partition_leader_epoch:
-                epoch_starts.append((header.partition_leader_epoch, header.base_offset))
-        return self._append(self._follower_chunks(records, headers), tuple(epoch_starts), now)
+        batches, epoch_starts = self._continuing_batches(headers)
+        return self._append(self._follower_chunks(records, batches), epoch_starts, now)
 
-    def _check_continues_the_log(self, headers: Sequence[BatchHeader]) -> None:
+    def _continuing_batches(
+        self, headers: Sequence[BatchHeader]
+    ) -> tuple[list[WrittenBatch], tuple[tuple[int, int], ...]]:
+        """What the segments index of each batch, and where leader epochs start; refused unless the batches
+        continue the log exactly, one after the other. One pass: this runs on every follower append."""
         expected = self.log_end_offset
+        batches: list[WrittenBatch] = []
+        epoch_starts: list[tuple[int, int]] = []
+        epoch = None
         for header in headers:
-            if header.base_offset != expected:
-                what = "a gap" if header.base_offset > expected else "an overlap"
-                raise StorageError(
-                    f"{self.topic_partition}: batch at offset {header.base_offset} does not continue the log at "
-                    f"offset {expected} ({what})",
-                    ErrorCode.INVALID_RECORD,
-                )
-            if header.last_offset < header.base_offset:
-                raise StorageError(
-                    f"{self.topic_partition}: batch at offset {header.base_offset} ends before it starts "
-                    f"(last offset delta {header.last_offset_delta})",
-                    ErrorCode.CORRUPT_MESSAGE,
-                )
-            expected = header.next_offset
+            base_offset, last_offset = header.base_offset, header.last_offset
+            if base_offset != expected or last_offset < base_offset:
+                raise self._discontinuous(header, expected)
+            batches.append((base_offset, last_offset, header.max_timestamp, header.size))
+            if header.partition_leader_epoch != epoch:
+                epoch = header.partition_leader_epoch
+                epoch_starts.append((epoch, base_offset))
+            expected = last_offset + 1
+        return batches, tuple(epoch_starts)
 
-    def _follower_chunks(self, records: bytes, headers: Sequence[BatchHeader]) -> list[_Chunk]:
+    def _discontinuous(self, header: BatchHeader, expected: int) -> StorageError:
+        if header.base_offset == expected:
+            return StorageError(
+                f"{self.topic_partition}: batch at offset {header.base_offset} ends before it starts "
+                f"(last offset delta {header.last_offset_delta})",
+                ErrorCode.CORRUPT_MESSAGE,
+            )
+        what = "a gap" if header.base_offset > expected else "an overlap"
+        return StorageError(
+            f"{self.topic_partition}: batch at offset {header.base_offset} does not continue the log at offset "
+            f"{expected} ({what})",
+            ErrorCode.INVALID_RECORD,
+        )
+
+    def _follower_chunks(self, records: bytes, batches: list[WrittenBatch]) -> list[_Chunk]:
         """The batches cut into runs of at most segment.bytes, each written to one segment (usually one run)."""
         limit = self.config.segment_bytes
-        batches = [(h.base_offset, h.last_offset, h.max_timestamp, h.size) for h in headers]
+        if len(batches) == 1:
+            assert batches[0][3] == len(records), "the headers are not these bytes'"
+        else:
+            assert sum(batch[3] for batch in batches) == len(records), "the headers are not these bytes'"
         if len(records) <= limit:
             return [([records], batches)]
         view = memoryview(records)
@@ -443,7 +455,9 @@ class PartitionLog:
         )
 
     def _append(self, chunks: list[_Chunk], epoch_starts: tuple[tuple[int, int], ...], now: WallMs) -> AppendInfo:
-        undo = _AppendUndo(len(self._segments), self.active_segment, self._flush_wanted_up_to)
+        segments_before, flush_wanted_before = len(self._segments), self._flush_wanted_up_to
+        active = self._segments[-1]
+        created_before = active.created_ms
         rolled_to: list[int] = []
         try:
             for buffers, run in chunks:
@@ -451,6 +465,7 @@ class PartitionLog:
                 if rolled is not None:
                     rolled_to.append(rolled)
         except OSError as error:
+            undo = _AppendUndo(segments_before, active, chunks[0][1][0][0], created_before, flush_wanted_before)
             raise self._undo_append(undo, error, now) from None
         batches = chunks[0][1] if len(chunks) == 1 else [batch for _, run in chunks for batch in run]
         if len(batches) == 1:
