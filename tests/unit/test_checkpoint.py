@@ -138,3 +138,13 @@ def test_an_invalid_topic_id_is_refused_and_nothing_is_written(tmp_path: Path) -
             PartitionMetadataFile(tmp_path).write(bad)
         assert raised.value.error_code is ErrorCode.INVALID_REQUEST
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_the_disk_refuses_is_a_storage_error_and_the_old_file_stands(tmp_path: Path) -> None:
+    # A directory where the file should go makes the rename fail, as a broken disk's would.
+    path = tmp_path / "replication-offset-checkpoint"
+    path.mkdir()
+    with pytest.raises(StorageError, match="replication-offset-checkpoint: cannot write") as raised:
+        OffsetCheckpointFile(path).write({TopicPartition("orders", 0): 5})
+    assert raised.value.error_code is ErrorCode.KAFKA_STORAGE_ERROR
+    assert path.is_dir() and sorted(p.name for p in tmp_path.iterdir()) == [path.name]

@@ -134,6 +134,18 @@ def test_log_configs_use_kafkas_names_and_reject_unknown_or_out_of_range_values(
         assert raised.value.error_code is ErrorCode.INVALID_CONFIG
 
 
+def test_a_shutdown_whose_checkpoint_fails_writes_no_marker_and_lets_go_of_the_dir(tmp_path: Path) -> None:
+    manager = _filled(tmp_path)
+    (tmp_path / "log-start-offset-checkpoint").mkdir()  # the disk refuses this file
+    with pytest.raises(StorageError, match="log-start-offset-checkpoint: cannot write"):
+        manager.shutdown(broker_epoch=3)
+    assert not (tmp_path / ".kafka_cleanshutdown").exists()
+    (tmp_path / "log-start-offset-checkpoint").rmdir()
+    reopened = LogManager.open(tmp_path, LogConfig(segment_bytes=300), now=WallMs(0))
+    assert reopened.previous_clean_shutdown is None
+    assert {tp: log.log_end_offset for tp, log in reopened.logs.items()} == {ORDERS_0: 10, ORDERS_1: 10}
+
+
 # -- topic identity -------------------------------------------------------------------------------------------
 
 

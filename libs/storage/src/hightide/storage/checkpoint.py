@@ -27,6 +27,7 @@ name has a new id, and a log still holding the old one must not be reused.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -75,14 +76,19 @@ def fsync_directory(path: Path) -> None:
 
 def write_atomically(path: Path, text: str) -> None:
     """Replace `path` by `text` so that a crash leaves the old file or the new one: temp file, fsync, rename,
-    fsync the directory."""
+    fsync the directory. A disk that refuses is a StorageError (KAFKA_STORAGE_ERROR); the old file stands."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_directory(path.parent)
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_directory(path.parent)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise StorageError(f"{path}: cannot write: {error}") from None
 
 
 def write_checkpoint(path: Path, lines: Iterable[str], version: int = CHECKPOINT_VERSION) -> None:

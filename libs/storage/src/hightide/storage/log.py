@@ -288,10 +288,7 @@ class PartitionLog:
         self._write_topic_id(topic_id)
 
     def _write_topic_id(self, topic_id: str) -> None:
-        try:
-            self._metadata.write(topic_id)
-        except OSError as error:
-            raise StorageError(f"{self.topic_partition}: cannot write {self._metadata.path}: {error}") from None
+        self._metadata.write(topic_id)
         self.topic_id = topic_id
 
     def _inconsistent_topic_id(self, topic_id: str) -> StorageError:

@@ -42,6 +42,7 @@ from hightide.storage.checkpoint import (
     OffsetCheckpointFile,
     TopicPartition,
     fsync_directory,
+    write_atomically,
 )
 from hightide.storage.config import LogConfig
 from hightide.storage.disk import SYSTEM_DISK, DiskIO
@@ -204,7 +205,7 @@ class LogManager:
         log = self.logs.pop(tp, None)
         if log is None:
             raise StorageError(f"no log for {tp}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        log.close()
+        log.abandon()  # its data is going: nothing to flush (and an offline log could not be)
         doomed = self.log_dir / f"{partition_dir_name(tp)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         os.replace(log.directory, doomed)
         fsync_directory(self.log_dir)
@@ -259,18 +260,16 @@ class LogManager:
             with contextlib.suppress(StorageError):
                 log.close()  # a failure takes the log offline; the others still close
         offline = self.offline_logs()
-        self.checkpoint_recovery_points()
-        self.checkpoint_log_start_offsets()
-        self.checkpoint_high_watermarks()
-        if not offline:
-            marker = self.log_dir / CLEAN_SHUTDOWN_FILE
-            with open(marker, "w", encoding="utf-8") as f:
-                json.dump({"version": 0, "brokerEpoch": broker_epoch}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            fsync_directory(self.log_dir)
-        self.logs.clear()
-        self._unlock()
+        try:
+            self.checkpoint_recovery_points()
+            self.checkpoint_log_start_offsets()
+            self.checkpoint_high_watermarks()
+            if not offline:  # last: a failure above (a StorageError) leaves no marker either
+                marker = {"version": 0, "brokerEpoch": broker_epoch}
+                write_atomically(self.log_dir / CLEAN_SHUTDOWN_FILE, json.dumps(marker))
+        finally:
+            self.logs.clear()
+            self._unlock()
         return offline
 
     def abandon(self) -> None:
