@@ -149,10 +149,6 @@ class OffsetIndex:
         keep = bisect_right(self._relative_offsets, offset - self.base_offset - 1)
         self._truncate_entries(keep)
 
-    def truncate_to_position(self, position: int) -> None:
-        """Remove every entry that points at or beyond `position` of the log."""
-        self._truncate_entries(bisect_right(self._positions, position - 1))
-
     def _truncate_entries(self, keep: int) -> None:
         if keep < self.entries:
             del self._relative_offsets[keep:]

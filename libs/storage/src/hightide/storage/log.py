@@ -498,8 +498,8 @@ class PartitionLog:
             now=now,
         )
         if reason is not None:
-            segment = self._roll(now, first_offset)
-            rolled = segment.base_offset
+            active, segment = segment, self._roll(now, first_offset)
+            rolled = segment.base_offset if segment is not active else None
         if len(buffers) > _WRITEV_BUFFERS_MAX:
             buffers = [b"".join(buffers)]  # past IOV_MAX's reach: one copy instead of many syscalls
         segment.append(buffers, batches)
