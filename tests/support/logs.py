@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Final
 
+from hightide.core.clock import WallMs
 from hightide.protocol.records import decode_batches, encode_batch
 from hightide.storage.checkpoint import TopicPartition
 from hightide.storage.config import LogConfig
 from hightide.storage.log import PartitionLog
 
 TP = TopicPartition("orders", 3)
+EPOCH_START: Final = WallMs(0)  # the wall-clock time the storage tests start at, unless they say otherwise
 
 
 def batch(count: int = 1, *, value_size: int = 10, timestamp: int = 1_000, tag: int = 0) -> bytes:
@@ -31,8 +34,8 @@ def batch_of_size(size: int, count: int, timestamp: int = 1_000) -> bytes:
     raise ValueError(f"no batch of {count} records is exactly {size} bytes")
 
 
-def open_log(directory: Path, now_ms: int = 0, **config: int) -> PartitionLog:
-    return PartitionLog.open(directory / str(TP), TP, LogConfig(**config), now_ms, clean_shutdown=True)
+def open_log(directory: Path, now: WallMs = EPOCH_START, **config: int) -> PartitionLog:
+    return PartitionLog.open(directory / str(TP), TP, LogConfig(**config), now, clean_shutdown=True)
 
 
 def values(data: bytes) -> list[tuple[int, bytes | None]]:

@@ -15,9 +15,12 @@ from hightide.storage.checkpoint import (
     EpochEntry,
     LeaderEpochCheckpointFile,
     OffsetCheckpointFile,
+    PartitionMetadataFile,
     TopicPartition,
 )
-from hightide.storage.errors import CorruptCheckpoint
+from hightide.storage.errors import CorruptCheckpoint, StorageError
+
+TOPIC_ID = "kY6UUBDqSwqvGcP5uXA0Bw"  # a topic id as Kafka prints one: a UUID in URL-safe base64
 
 
 def test_leader_epoch_checkpoint_is_version_count_then_epoch_and_start_offset(tmp_path: Path) -> None:
@@ -86,3 +89,62 @@ def test_a_temporary_file_left_by_a_crash_mid_write_does_not_change_what_is_read
     OffsetCheckpointFile(path).write({TopicPartition("foo", 0): 16})
     assert OffsetCheckpointFile(path).read() == {TopicPartition("foo", 0): 16}
     assert not (tmp_path / "replication-offset-checkpoint.tmp").exists()
+
+
+# -- partition.metadata ---------------------------------------------------------------------------------------
+
+
+def test_partition_metadata_is_kafkas_two_lines_without_a_final_newline(tmp_path: Path) -> None:
+    PartitionMetadataFile(tmp_path).write(TOPIC_ID)
+    assert (tmp_path / "partition.metadata").read_bytes() == f"version: 0\ntopic_id: {TOPIC_ID}".encode()
+    assert PartitionMetadataFile(tmp_path).read() == TOPIC_ID
+    assert not (tmp_path / "partition.metadata.tmp").exists()
+
+
+def test_partition_metadata_reads_what_kafka_accepts(tmp_path: Path) -> None:
+    # Kafka splits each line at ':' and whitespace, takes any version >= 0 (downgrades), and reads two lines.
+    path = tmp_path / "partition.metadata"
+    assert PartitionMetadataFile(tmp_path).read() is None  # no file: a log from before topic ids
+    for text in (f"version: 0\ntopic_id: {TOPIC_ID}\n", f"version:   1\ntopic_id:\t{TOPIC_ID}==\nmore: lines"):
+        path.write_text(text)
+        assert PartitionMetadataFile(tmp_path).read() in (TOPIC_ID, TOPIC_ID + "==")
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", "malformed line 1"),
+        ("version: 0\n", "malformed line 2"),
+        ("version:0\ntopic_id: kY6UUBDqSwqvGcP5uXA0Bw", "malformed line 1"),
+        ("topic_id: kY6UUBDqSwqvGcP5uXA0Bw\nversion: 0", "malformed line 1"),
+        ("version: zero\ntopic_id: kY6UUBDqSwqvGcP5uXA0Bw", "unrecognized version"),
+        ("version: -1\ntopic_id: kY6UUBDqSwqvGcP5uXA0Bw", "unrecognized version"),
+        ("version: 0\ntopic_id: orders", "invalid topic id"),
+        ("version: 0\ntopic_id: kY6UUBDqSwqvGcP5uXA0B", "invalid topic id"),
+        ("version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA", "all-zero"),
+    ],
+)
+def test_a_corrupt_partition_metadata_file_is_a_corrupt_checkpoint(tmp_path: Path, text: str, problem: str) -> None:
+    (tmp_path / "partition.metadata").write_text(text)
+    with pytest.raises(CorruptCheckpoint, match=problem) as raised:
+        PartitionMetadataFile(tmp_path).read()
+    assert raised.value.error_code is ErrorCode.KAFKA_STORAGE_ERROR
+    assert "partition.metadata" in str(raised.value)
+
+
+def test_an_invalid_topic_id_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    for bad in ("", "orders", "AAAAAAAAAAAAAAAAAAAAAA", TOPIC_ID + "x"):
+        with pytest.raises(StorageError) as raised:
+            PartitionMetadataFile(tmp_path).write(bad)
+        assert raised.value.error_code is ErrorCode.INVALID_REQUEST
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_the_disk_refuses_is_a_storage_error_and_the_old_file_stands(tmp_path: Path) -> None:
+    # A directory where the file should go makes the rename fail, as a broken disk's would.
+    path = tmp_path / "replication-offset-checkpoint"
+    path.mkdir()
+    with pytest.raises(StorageError, match="replication-offset-checkpoint: cannot write") as raised:
+        OffsetCheckpointFile(path).write({TopicPartition("orders", 0): 5})
+    assert raised.value.error_code is ErrorCode.KAFKA_STORAGE_ERROR
+    assert path.is_dir() and sorted(p.name for p in tmp_path.iterdir()) == [path.name]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hightide.core.clock import WallMs
 from hightide.core.producer_state import BatchMetadata, ProducerStateTable, Verdict
 from hightide.protocol.records import BatchHeader, encode_batch, read_batch_header
 from hightide.storage.errors import OffsetOutOfRange
@@ -26,7 +27,7 @@ def produce(log: PartitionLog, count: int, producer_id: int, base_sequence: int,
     """Append one idempotent producer's batch as leader; return the header the log should now hold."""
     values = [f"{producer_id}:{base_sequence + i}".encode() for i in range(count)]
     data = encode_batch(values, producer_id=producer_id, producer_epoch=epoch, base_sequence=base_sequence)
-    info = log.append_as_leader(data, leader_epoch=LEADER_EPOCH, now_ms=0)
+    info = log.append_as_leader(data, leader_epoch=LEADER_EPOCH, now=WallMs(0))
     return read_batch_header(data)._replace(base_offset=info.first_offset, partition_leader_epoch=LEADER_EPOCH)
 
 
@@ -39,7 +40,7 @@ def filled_log(tmp_path: Path) -> tuple[PartitionLog, list[BatchHeader]]:
         count = 1 + i % 4
         if i % 5 == 4:
             data = encode_batch([b"plain"] * count)
-            info = log.append_as_leader(data, leader_epoch=LEADER_EPOCH, now_ms=0)
+            info = log.append_as_leader(data, leader_epoch=LEADER_EPOCH, now=WallMs(0))
             header = read_batch_header(data)._replace(base_offset=info.first_offset, partition_leader_epoch=3)
         else:
             producer_id = 7 + i % 2
@@ -71,7 +72,7 @@ def test_from_the_log_end_nothing_and_outside_the_log_offset_out_of_range(tmp_pa
     with pytest.raises(OffsetOutOfRange):
         log.batch_headers(log.log_end_offset + 1)
     log.update_high_watermark(log.log_end_offset)
-    log.delete_records(10, now_ms=0)
+    log.delete_records(10, now=WallMs(0))
     with pytest.raises(OffsetOutOfRange):
         log.batch_headers(9)
 
@@ -80,14 +81,14 @@ def test_by_default_the_walk_starts_at_the_batch_holding_the_log_start_offset(tm
     log, appended = filled_log(tmp_path)
     log.update_high_watermark(log.log_end_offset)
     assert appended[13].record_count > 1
-    log.delete_records(appended[13].base_offset + 1, now_ms=0)
+    log.delete_records(appended[13].base_offset + 1, now=WallMs(0))
     assert list(log.batch_headers()) == appended[13:]
 
 
 def test_after_truncation_the_removed_batches_are_gone(tmp_path: Path) -> None:
     log, appended = filled_log(tmp_path)
     cut = appended[17]
-    log.truncate_to(cut.base_offset + 1, now_ms=0)  # a batch straddling the offset goes whole
+    log.truncate_to(cut.base_offset + 1, now=WallMs(0))  # a batch straddling the offset goes whole
     assert list(log.batch_headers()) == appended[:17]
     again = produce(log, 2, 9, 0)
     assert list(log.batch_headers(cut.base_offset)) == [again]
@@ -96,7 +97,7 @@ def test_after_truncation_the_removed_batches_are_gone(tmp_path: Path) -> None:
 def test_a_reopened_log_walks_the_same_headers(tmp_path: Path) -> None:
     log, appended = filled_log(tmp_path)
     log.close()
-    reopened = PartitionLog.open(tmp_path / str(TP), TP, log.config, now_ms=0, clean_shutdown=True)
+    reopened = PartitionLog.open(tmp_path / str(TP), TP, log.config, now=WallMs(0), clean_shutdown=True)
     assert list(reopened.batch_headers()) == appended
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hightide.core.clock import WallMs
 from hightide.storage.config import LogConfig
 from hightide.storage.log import PartitionLog
 from support.logs import TP, batch, open_log, values
@@ -18,7 +19,7 @@ from support.logs import TP, batch, open_log, values
 
 def _reopen(tmp_path: Path, recovery_point: int = 0, clean: bool = False, **config: int) -> PartitionLog:
     return PartitionLog.open(
-        tmp_path / str(TP), TP, LogConfig(**config), 0, recovery_point=recovery_point, clean_shutdown=clean
+        tmp_path / str(TP), TP, LogConfig(**config), WallMs(0), recovery_point=recovery_point, clean_shutdown=clean
     )
 
 
@@ -27,10 +28,10 @@ def test_a_torn_write_at_every_byte_of_the_last_batch_recovers_to_exactly_the_la
 ) -> None:
     log = open_log(tmp_path, index_interval_bytes=64)
     for tag in range(4):
-        log.append_as_leader(batch(3, tag=tag), leader_epoch=0, now_ms=0)
+        log.append_as_leader(batch(3, tag=tag), leader_epoch=0, now=WallMs(0))
     whole = log.read(0, 10**6)
     last = batch(3, tag=4)
-    log.append_as_leader(last, leader_epoch=0, now_ms=0)
+    log.append_as_leader(last, leader_epoch=0, now=WallMs(0))
     log.abandon()
     segment_file = tmp_path / "orders-3" / "00000000000000000000.log"
     full = segment_file.read_bytes()
@@ -49,7 +50,7 @@ def test_a_torn_write_at_every_byte_of_the_last_batch_recovers_to_exactly_the_la
 def test_a_flipped_bit_in_an_older_segment_is_detected_and_the_log_ends_before_it(tmp_path: Path) -> None:
     log = open_log(tmp_path, segment_bytes=300)
     for tag in range(9):
-        log.append_as_leader(batch(2, tag=tag), leader_epoch=0, now_ms=0)
+        log.append_as_leader(batch(2, tag=tag), leader_epoch=0, now=WallMs(0))
     bases = [s.base_offset for s in log.segments]
     assert len(bases) >= 3
     log.abandon()
@@ -74,10 +75,10 @@ def test_a_flipped_bit_in_an_older_segment_is_detected_and_the_log_ends_before_i
 def test_recovery_starts_at_the_recovery_point_and_trusts_what_was_flushed(tmp_path: Path) -> None:
     log = open_log(tmp_path, segment_bytes=300)
     for tag in range(9):
-        log.append_as_leader(batch(2, tag=tag), leader_epoch=0, now_ms=0)
+        log.append_as_leader(batch(2, tag=tag), leader_epoch=0, now=WallMs(0))
     log.flush()
     flushed = log.recovery_point
-    log.append_as_leader(batch(2, tag=9), leader_epoch=0, now_ms=0)
+    log.append_as_leader(batch(2, tag=9), leader_epoch=0, now=WallMs(0))
     first_base = log.segments[0].base_offset
     log.abandon()
     # Damage below the recovery point goes unnoticed (it was flushed, so it is trusted, as in Kafka) ...
@@ -95,7 +96,7 @@ def test_recovery_starts_at_the_recovery_point_and_trusts_what_was_flushed(tmp_p
 def test_rebuilt_indexes_are_byte_identical_to_the_ones_appends_wrote(tmp_path: Path) -> None:
     log = open_log(tmp_path, index_interval_bytes=100)
     for tag in range(30):
-        log.append_as_leader(batch(2, timestamp=1000 + tag, tag=tag), leader_epoch=0, now_ms=0)
+        log.append_as_leader(batch(2, timestamp=1000 + tag, tag=tag), leader_epoch=0, now=WallMs(0))
     log.close()
     directory = tmp_path / "orders-3"
     index = (directory / "00000000000000000000.index").read_bytes()
@@ -112,7 +113,7 @@ def test_rebuilt_indexes_are_byte_identical_to_the_ones_appends_wrote(tmp_path: 
 def test_a_corrupt_index_after_a_clean_shutdown_is_rebuilt(tmp_path: Path) -> None:
     log = open_log(tmp_path, index_interval_bytes=50)
     for tag in range(10):
-        log.append_as_leader(batch(2, tag=tag), leader_epoch=0, now_ms=0)
+        log.append_as_leader(batch(2, tag=tag), leader_epoch=0, now=WallMs(0))
     log.close()
     index_file = tmp_path / "orders-3" / "00000000000000000000.index"
     good = index_file.read_bytes()
@@ -127,7 +128,7 @@ def test_a_corrupt_index_after_a_clean_shutdown_is_rebuilt(tmp_path: Path) -> No
 def test_a_clean_shutdown_skips_the_scan(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     for tag in range(5):
-        log.append_as_leader(batch(2, tag=tag), leader_epoch=0, now_ms=0)
+        log.append_as_leader(batch(2, tag=tag), leader_epoch=0, now=WallMs(0))
     log.close()
     recovered = _reopen(tmp_path, clean=True)
     assert recovered.recovery_report.recovered == []
@@ -136,7 +137,7 @@ def test_a_clean_shutdown_skips_the_scan(tmp_path: Path) -> None:
 
 def test_an_empty_log_file_and_leftover_deletions_are_tidied(tmp_path: Path) -> None:
     log = open_log(tmp_path)
-    log.append_as_leader(batch(2), leader_epoch=0, now_ms=0)
+    log.append_as_leader(batch(2), leader_epoch=0, now=WallMs(0))
     log.abandon()
     directory = tmp_path / "orders-3"
     (directory / "00000000000000000009.index.deleted").write_bytes(b"x")
@@ -153,7 +154,7 @@ def test_an_empty_log_file_and_leftover_deletions_are_tidied(tmp_path: Path) -> 
 @pytest.mark.parametrize("garbage", [b"\x00" * 5, b"\xff" * 80, os.urandom(200)])
 def test_garbage_after_the_last_batch_is_cut(tmp_path: Path, garbage: bytes) -> None:
     log = open_log(tmp_path)
-    log.append_as_leader(batch(2), leader_epoch=0, now_ms=0)
+    log.append_as_leader(batch(2), leader_epoch=0, now=WallMs(0))
     log.abandon()
     segment_file = tmp_path / "orders-3" / "00000000000000000000.log"
     with open(segment_file, "ab") as f:

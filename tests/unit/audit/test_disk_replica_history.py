@@ -16,6 +16,7 @@ import pytest
 
 from hightide.audit.rebuild import ReplicaState, rebuild
 from hightide.broker.replica import DiskReplica
+from hightide.core.clock import WallMs
 from hightide.core.partition import PartitionConfig
 from hightide.protocol import events
 from hightide.protocol.envelope import Emitter, Envelope
@@ -48,11 +49,11 @@ class Broker:
     def start(self) -> DiskReplica:
         self.emitter = Emitter("broker", BROKER, f"broker-{BROKER}-{next(self.incarnations)}")
         self.sequence = itertools.count()
-        self.logs = LogManager.open(self.data_dir, LOG_CONFIG, self.now_ms)
+        self.logs = LogManager.open(self.data_dir, LOG_CONFIG, WallMs(self.now_ms))
         reason = "recovered" if self.logs.previous_clean_shutdown is None else "clean_shutdown"
         log = self.logs.get_log(TP)
         if log is None:
-            log, reason = self.logs.get_or_create_log(TP, self.now_ms), "created"
+            log, reason = self.logs.get_or_create_log(TP, WallMs(self.now_ms)), "created"
         hw = self.logs.read_high_watermarks().get(TP, 0)
         self.replica = DiskReplica.open(log, BROKER, PartitionConfig(), hw)
         self.apply(self.replica.core.log_opened(reason))

@@ -13,23 +13,41 @@ directory is fsynced, so a crash leaves either the old file or the new one, neve
 
 A missing or empty file reads as no entries (Kafka creates these files empty). Anything else that does not
 parse is a `CorruptCheckpoint` (KAFKA_STORAGE_ERROR) naming the file and line.
+
+Beside them, in each partition dir, Kafka's `partition.metadata` (`PartitionMetadataFile`), which is not a
+checkpoint file but two `key: value` lines without a final newline, written the same atomic way:
+
+    version: 0
+    topic_id: <the topic id: a UUID in URL-safe base64, 22 characters>
+
+It ties the replica's data to one incarnation of its topic: a topic deleted and created again under the same
+name has a new id, and a log still holding the old one must not be reused.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import os
+import re
 from collections.abc import Iterable, Mapping
 from itertools import pairwise
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from hightide.storage.errors import CorruptCheckpoint
+from hightide.protocol.errors import ErrorCode
+from hightide.storage.errors import CorruptCheckpoint, StorageError
 
 CHECKPOINT_VERSION: Final = 0
 LEADER_EPOCH_CHECKPOINT: Final = "leader-epoch-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT: Final = "replication-offset-checkpoint"
 RECOVERY_POINT_OFFSET_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"
+PARTITION_METADATA: Final = "partition.metadata"
+PARTITION_METADATA_VERSION: Final = 0
+_TOPIC_ID: Final = re.compile(r"[A-Za-z0-9_-]{22}(==)?")
+_KEY_VALUE: Final = re.compile(r":\s+")
+_VERSION: Final = re.compile(r"[+-]?[0-9]+")
 
 
 class TopicPartition(NamedTuple):
@@ -56,17 +74,27 @@ def fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def write_checkpoint(path: Path, lines: Iterable[str], version: int = CHECKPOINT_VERSION) -> None:
-    """Write version, count and entry lines atomically: temp file, fsync, rename, fsync the directory."""
-    entries = list(lines)
-    text = "".join(f"{line}\n" for line in [str(version), str(len(entries)), *entries])
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path` by `text` so that a crash leaves the old file or the new one: temp file, fsync, rename,
+    fsync the directory. A disk that refuses is a StorageError (KAFKA_STORAGE_ERROR); the old file stands."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_directory(path.parent)
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_directory(path.parent)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise StorageError(f"{path}: cannot write: {error}") from None
+
+
+def write_checkpoint(path: Path, lines: Iterable[str], version: int = CHECKPOINT_VERSION) -> None:
+    """Write version, count and entry lines atomically."""
+    entries = list(lines)
+    write_atomically(path, "".join(f"{line}\n" for line in [str(version), str(len(entries)), *entries]))
 
 
 def read_checkpoint(path: Path, fields: int, version: int = CHECKPOINT_VERSION) -> list[list[str]]:
@@ -148,3 +176,53 @@ class LeaderEpochCheckpointFile:
             if later.epoch <= earlier.epoch or later.start_offset < earlier.start_offset:
                 raise CorruptCheckpoint(f"{self.path}: entries out of order: {earlier} then {later}")
         return entries
+
+
+def topic_id_problem(topic_id: str) -> str | None:
+    """Why `topic_id` is not a topic id as Kafka's `Uuid.fromString` reads one (URL-safe base64 of 16 bytes), or
+    None. The all-zero id is Kafka's "no id" and is refused too."""
+    if not _TOPIC_ID.fullmatch(topic_id):
+        return f"{topic_id!r} is not a base64 topic id of 22 characters"
+    if not any(base64.urlsafe_b64decode(topic_id[:22] + "==")):
+        return "the all-zero topic id means no id"
+    return None
+
+
+class PartitionMetadataFile:
+    """Kafka's `partition.metadata` of one partition dir: the topic id the replica's data belongs to."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / PARTITION_METADATA
+
+    def read(self) -> str | None:
+        """The topic id on file, or None when there is no file (a log written before topic ids). A file that is
+        not Kafka's format is a CorruptCheckpoint naming what is wrong (Kafka's PartitionMetadataReadBuffer)."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as e:
+            raise CorruptCheckpoint(f"{self.path}: unreadable: {e}") from None
+        lines = text.splitlines()
+        version = self._value(lines, 0, "version")
+        if not _VERSION.fullmatch(version) or int(version) < PARTITION_METADATA_VERSION:
+            raise CorruptCheckpoint(f"{self.path}: unrecognized version {version!r}")
+        topic_id = self._value(lines, 1, "topic_id")
+        problem = topic_id_problem(topic_id)
+        if problem is not None:
+            raise CorruptCheckpoint(f"{self.path}: invalid topic id: {problem}")
+        return topic_id
+
+    def write(self, topic_id: str) -> None:
+        """Write the file atomically (Kafka's bytes: no newline after the last line)."""
+        problem = topic_id_problem(topic_id)
+        if problem is not None:
+            raise StorageError(f"{self.path}: invalid topic id: {problem}", ErrorCode.INVALID_REQUEST)
+        write_atomically(self.path, f"version: {PARTITION_METADATA_VERSION}\ntopic_id: {topic_id}")
+
+    def _value(self, lines: list[str], number: int, key: str) -> str:
+        line = lines[number] if number < len(lines) else None
+        parts = _KEY_VALUE.split(line, maxsplit=1) if line is not None else []
+        if len(parts) != 2 or parts[0] != key:
+            raise CorruptCheckpoint(f"{self.path}: malformed line {number + 1}, expected '{key}: ...': {line!r}")
+        return parts[1]

@@ -23,6 +23,7 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Final, NamedTuple
 
+from hightide.storage.disk import SYSTEM_DISK, DiskIO, write_fully
 from hightide.storage.errors import CorruptIndex
 
 OFFSET_ENTRY: Final = struct.Struct(">ii")
@@ -44,9 +45,10 @@ class _IndexFile:
     truncation and close), so an append costs no syscall; a killed process loses them, and recovery rebuilds
     them, because the log flushes its indexes before it advances the recovery point."""
 
-    def __init__(self, path: Path, entry_size: int) -> None:
+    def __init__(self, path: Path, entry_size: int, disk: DiskIO) -> None:
         self.path = path
         self._entry_size = entry_size
+        self._disk = disk
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._pending = bytearray()
 
@@ -62,20 +64,22 @@ class _IndexFile:
 
     def write_out(self) -> None:
         if self._pending:
-            os.write(self._fd, self._pending)
+            write_fully(self._disk, self._fd, self._pending)
             self._pending.clear()
 
     def truncate_entries(self, entries: int) -> None:
         self.write_out()
-        os.ftruncate(self._fd, entries * self._entry_size)
+        self._disk.ftruncate(self._fd, entries * self._entry_size)
 
     def flush(self) -> None:
         self.write_out()
-        os.fsync(self._fd)
+        self._disk.fsync(self._fd)
 
     def close(self) -> None:
-        self.write_out()
-        os.close(self._fd)
+        try:
+            self.write_out()
+        finally:
+            os.close(self._fd)
 
     def abandon(self) -> None:
         """Close without writing the pending entries, as a killed process would."""
@@ -85,13 +89,13 @@ class _IndexFile:
 class OffsetIndex:
     """Maps the last offset of an indexed batch to the position where that batch starts."""
 
-    def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
+    def __init__(self, path: Path, base_offset: int, max_entries: int, disk: DiskIO = SYSTEM_DISK) -> None:
         assert max_entries > 0
         self.base_offset = base_offset
         self.max_entries = max_entries
         self._relative_offsets = array("i")
         self._positions = array("i")
-        self._file = _IndexFile(path, OFFSET_ENTRY.size)
+        self._file = _IndexFile(path, OFFSET_ENTRY.size, disk)
         self.last_position = 0  # position of the last entry's batch, 0 when empty (the append path reads it)
 
     @property
@@ -116,7 +120,7 @@ class OffsetIndex:
         return len(self._positions)
 
     def is_full(self) -> bool:
-        return self.entries >= self.max_entries
+        return len(self._positions) >= self.max_entries  # asked before every append: no property in between
 
     def last_entry(self) -> OffsetPosition:
         if not self._positions:
@@ -145,10 +149,6 @@ class OffsetIndex:
         keep = bisect_right(self._relative_offsets, offset - self.base_offset - 1)
         self._truncate_entries(keep)
 
-    def truncate_to_position(self, position: int) -> None:
-        """Remove every entry that points at or beyond `position` of the log."""
-        self._truncate_entries(bisect_right(self._positions, position - 1))
-
     def _truncate_entries(self, keep: int) -> None:
         if keep < self.entries:
             del self._relative_offsets[keep:]
@@ -175,13 +175,13 @@ class OffsetIndex:
 class TimeIndex:
     """Maps a timestamp to the offset of the batch where the segment's maximum timestamp so far was reached."""
 
-    def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
+    def __init__(self, path: Path, base_offset: int, max_entries: int, disk: DiskIO = SYSTEM_DISK) -> None:
         assert max_entries > 1
         self.base_offset = base_offset
         self.max_entries = max_entries
         self._timestamps = array("q")
         self._relative_offsets = array("i")
-        self._file = _IndexFile(path, TIME_ENTRY.size)
+        self._file = _IndexFile(path, TIME_ENTRY.size, disk)
 
     @property
     def path(self) -> Path:
@@ -204,7 +204,7 @@ class TimeIndex:
 
     def is_full(self) -> bool:
         # Kafka keeps one slot free for the entry written when the segment becomes inactive.
-        return self.entries >= self.max_entries - 1
+        return len(self._timestamps) >= self.max_entries - 1
 
     def last_entry(self) -> TimestampOffset:
         if not self._timestamps:

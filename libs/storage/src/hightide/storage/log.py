@@ -1,21 +1,38 @@
 """The partition log: a directory `<topic>-<partition>/` of segments, behaving like Kafka's UnifiedLog.
 
 Room: libs/storage. It owns the offsets of one replica's log on disk — log start offset (the low watermark), log
-end offset, recovery point — and the high watermark as the replica layer last set it (retention and
-delete-records may only remove what is below it). It never decodes records; it checks each appended batch's CRC
-and structure once, assigns offsets by patching the base offset and partition leader epoch (both outside the
-CRC), and hands out raw bytes of whole batches.
+end offset, recovery point — the high watermark as the replica layer last set it (retention and delete-records
+may only remove what is below it), and the topic id the data belongs to (`partition.metadata`). It never decodes
+records: a batch's CRC and structure are checked once (by `hightide.core.validation`, here or by the caller, who
+then passes the headers in), offsets are assigned by patching the base offset and partition leader epoch (both
+outside the CRC), and reads hand out raw bytes of whole batches.
 
-It is synchronous and not thread-safe: one task owns a log. Time is passed in (`now_ms`), as in the core.
+It is synchronous and not thread-safe: one task owns a log. Time is passed in as wall-clock milliseconds
+(`WallMs`: record timestamps, retention.ms, segment.ms, flush.ms are all wall-clock). When to roll and what
+retention deletes are the core's rules (`hightide.core.rolling`, `hightide.core.retention`); this carries them
+out on files.
 
-| operation                     | offsets afterwards                                                            |
-| ----------------------------- | ----------------------------------------------------------------------------- |
-| append_as_leader/as_follower  | LEO = last appended offset + 1                                                |
-| delete_old_segments           | log start = base of the first remaining segment (only segments below HW go)  |
-| delete_records(o), o <= HW    | log start = max(log start, o); segments wholly below it are deleted          |
-| truncate_to(o), o < LEO       | LEO <= o (whole batches go), HW = min(HW, LEO), recovery point <= LEO        |
-| truncate_fully_and_start_at(o)| every segment deleted; log start = LEO = HW = recovery point = o              |
-| flush(o)                      | recovery point = o: everything below o is on disk                            |
+| operation                        | offsets afterwards                                                          |
+| -------------------------------- | --------------------------------------------------------------------------- |
+| append_as_leader/as_follower     | LEO = last appended offset + 1                                              |
+| delete_old_segments              | log start = base of the first remaining segment (only segments below HW go) |
+| advance_log_start_offset(o), o<=HW | log start = max(log start, o); segments wholly below it are deleted       |
+| truncate_to(o), o < LEO          | LEO <= o (whole batches go), HW = min(HW, LEO), recovery point <= LEO       |
+| truncate_fully_and_start_at(o)   | every segment deleted; log start = LEO = HW = recovery point = o            |
+| flush(o)                         | recovery point = o: everything below o is on disk                           |
+
+What it refuses, changing nothing: a producer's batches that `validate_produce` refuses; a follower's batches
+that do not start exactly at the LEO or do not follow each other (a gap or an overlap); a single batch larger
+than segment.bytes. A follower's fetched set larger than segment.bytes is not refused: it rolls between
+batches as needed (Kafka refuses the whole set, so a follower with a smaller segment.bytes than its leader's
+answers would stop for ever).
+
+A disk that refuses a write (ENOSPC, EIO, a short write; `hightide.storage.disk`) surfaces as `DiskError`
+(KAFKA_STORAGE_ERROR). A failed append is undone — segments it started are deleted, the one it wrote into is cut
+back to its size before the call — and the log is exactly as before. When that is impossible (the cut-back
+fails too), or an fsync, truncation or deletion fails (after a failed fsync the page cache's state is unknown),
+the log goes offline: every later operation is refused with `LogOffline`, as Kafka takes a failed log directory
+offline, and recovery at the next start cuts whatever was torn.
 
 Like Kafka, a roll does not fsync on the append path: it marks the finished segment for flushing and
 `flush_if_due` (called by the owner's scheduler) does it, advancing the recovery point.
@@ -25,22 +42,26 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from hightide.protocol.errors import ErrorCode
-from hightide.protocol.records import (
-    LOG_OVERHEAD,
-    BatchHeader,
-    InvalidRecordBatch,
-    decode_batch,
-    validate_batches,
+from hightide.core.clock import WallMs
+from hightide.core.retention import (
+    RetentionPlan,
+    SegmentSummary,
+    plan_log_start_offset_retention,
+    plan_retention,
 )
-from hightide.storage.checkpoint import TopicPartition
+from hightide.core.rolling import roll_reason
+from hightide.core.validation import validate_produce, validate_replicated
+from hightide.protocol.errors import ErrorCode
+from hightide.protocol.records import LOG_OVERHEAD, BatchHeader, InvalidRecordBatch, decode_batch
+from hightide.storage.checkpoint import PartitionMetadataFile, TopicPartition, topic_id_problem
 from hightide.storage.config import LogConfig
-from hightide.storage.errors import OffsetOutOfRange, StorageError
+from hightide.storage.disk import SYSTEM_DISK, DiskIO, WriteBuffer
+from hightide.storage.errors import DiskError, LogOffline, OffsetOutOfRange, StorageError
 from hightide.storage.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -55,9 +76,25 @@ _PREFIX: Final = struct.Struct(">qii")  # base offset, batch length, partition l
 _WRITEV_BUFFERS_MAX: Final = 512
 DELETE_RECORDS_TO_HIGH_WATERMARK: Final = -1
 
+# Batches written to one segment with one writev: the buffers and what the segment indexes of each batch.
+_Chunk = tuple[list[WriteBuffer], list[WrittenBatch]]
+
+
+@dataclass(frozen=True, slots=True)
+class _AppendUndo:
+    """What putting the log back after a failed append needs, as it was before the append wrote anything."""
+
+    segments: int
+    active: LogSegment
+    log_end_offset: int
+    created_ms: WallMs
+    flush_wanted_up_to: int
+
 
 class AppendInfo(NamedTuple):
-    """What one append wrote; `epoch_starts` lists (leader epoch, first offset) wherever the epoch changes."""
+    """What one append wrote; `epoch_starts` lists (leader epoch, first offset) wherever the epoch changes;
+    `rolled_to` the base offsets of the segments the append started, in order (several when a follower's
+    fetched set is larger than segment.bytes)."""
 
     first_offset: int
     last_offset: int
@@ -65,15 +102,31 @@ class AppendInfo(NamedTuple):
     offset_of_max_timestamp: int
     size_bytes: int
     epoch_starts: tuple[tuple[int, int], ...]
-    rolled_to: int | None
+    rolled_to: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class DeletedSegment:
+    """A segment a log operation removed, [base_offset, next_offset); `reason` as the event catalogue spells it
+    (`hightide.core.retention.DeletionReason`, or the caller's own such as "truncation")."""
+
     base_offset: int
     next_offset: int
     size_bytes: int
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogStartOffsetUpdate:
+    """What moving the log start offset did: before and after, and the segments it deleted (oldest first)."""
+
+    log_start_offset_before: int
+    log_start_offset: int
+    deleted: tuple[DeletedSegment, ...]
+
+    @property
+    def moved(self) -> bool:
+        return self.log_start_offset != self.log_start_offset_before
 
 
 @dataclass(slots=True)
@@ -89,16 +142,22 @@ class RecoveryReport:
 class PartitionLog:
     """One replica's log of one partition."""
 
-    def __init__(self, directory: Path, topic_partition: TopicPartition, config: LogConfig) -> None:
+    def __init__(
+        self, directory: Path, topic_partition: TopicPartition, config: LogConfig, disk: DiskIO = SYSTEM_DISK
+    ) -> None:
         self.directory = directory
         self.topic_partition = topic_partition
         self.config = config
+        self.topic_id: str | None = None
+        self.offline_reason: str | None = None
+        self._disk = disk
+        self._metadata = PartitionMetadataFile(directory)
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self.log_start_offset = 0
         self.recovery_point = 0
         self.high_watermark = 0
-        self.last_flush_ms = 0
+        self.last_flush_ms = WallMs(0)
         self._flush_wanted_up_to = 0
         self.recovery_report = RecoveryReport(clean_shutdown=True)
 
@@ -110,34 +169,59 @@ class PartitionLog:
         directory: Path,
         topic_partition: TopicPartition,
         config: LogConfig,
-        now_ms: int,
+        now: WallMs,
         *,
         recovery_point: int = 0,
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
+        topic_id: str | None = None,
+        disk: DiskIO = SYSTEM_DISK,
     ) -> PartitionLog:
         """Open (or create) the log in `directory`. After an unclean shutdown, every segment holding offsets at
         or above `recovery_point` is validated batch by batch from there on; the first invalid byte ends the
-        log (Kafka's LogLoader: later segments are deleted, followers re-fetch what is lost)."""
-        log = cls(directory, topic_partition, config)
+        log (Kafka's LogLoader: later segments are deleted, followers re-fetch what is lost).
+
+        The topic id on file (`partition.metadata`) is read first: a corrupt file is a StorageError, and one that
+        differs from `topic_id` is INCONSISTENT_TOPIC_ID; either way nothing is changed. A log without the file
+        is given `topic_id`, when there is one, before anything else is written."""
+        if topic_id is not None:
+            problem = topic_id_problem(topic_id)
+            if problem is not None:
+                raise StorageError(f"{topic_partition}: invalid topic id: {problem}", ErrorCode.INVALID_REQUEST)
+        log = cls(directory, topic_partition, config, disk)
         directory.mkdir(parents=True, exist_ok=True)
-        log._remove_leftovers()
-        log.recovery_report = RecoveryReport(clean_shutdown=clean_shutdown)
-        log._load_segments(now_ms, recovery_point if not clean_shutdown else None)
-        if not log._segments:
-            log._add_segment(LogSegment(directory, log_start_offset, config, now_ms))
-        log.log_start_offset = max(log_start_offset, log._segments[0].base_offset)
-        if log.log_start_offset > log.log_end_offset:
-            log.truncate_fully_and_start_at(log.log_start_offset, now_ms)
+        log.topic_id = log._metadata.read()
+        if topic_id is not None and log.topic_id not in (None, topic_id):
+            raise log._inconsistent_topic_id(topic_id)
+        try:
+            log._remove_leftovers()
+            if topic_id is not None and log.topic_id is None:
+                log._write_topic_id(topic_id)
+            log._load(now, recovery_point, log_start_offset, clean_shutdown)
+        except BaseException as error:
+            log.abandon()
+            if isinstance(error, OSError):
+                raise StorageError(f"{topic_partition}: cannot open the log in {directory}: {error}") from None
+            raise
+        return log
+
+    def _load(self, now: WallMs, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
+        self.recovery_report = RecoveryReport(clean_shutdown=clean_shutdown)
+        self._load_segments(now, recovery_point if not clean_shutdown else None)
+        if not self._segments:
+            self._add_segment(LogSegment(self.directory, log_start_offset, self.config, now, self._disk))
+        self.log_start_offset = max(log_start_offset, self._segments[0].base_offset)
+        if self.log_start_offset > self.log_end_offset:
+            self.truncate_fully_and_start_at(self.log_start_offset, now)
         if not clean_shutdown:
             # What recovery validated is in the page cache only: make it durable so a second crash need not
             # validate it again.
-            log.recovery_point = min(recovery_point, log.log_end_offset)
-            log.flush(log.log_end_offset)
-        log.recovery_point = log.log_end_offset
-        log._flush_wanted_up_to = log.log_end_offset
-        log.last_flush_ms = now_ms
-        return log
+            self.recovery_point = min(recovery_point, self.log_end_offset)
+            self.flush(self.log_end_offset)
+        self.recovery_point = self.log_end_offset
+        self.high_watermark = self.log_start_offset  # Kafka's start; the replica layer sets it from its checkpoint
+        self._flush_wanted_up_to = self.log_end_offset
+        self.last_flush_ms = now
 
     def _remove_leftovers(self) -> None:
         """Finish deletions a crash interrupted, and drop index files whose log is gone."""
@@ -148,16 +232,26 @@ class PartitionLog:
             if path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and not path.with_suffix(LOG_SUFFIX).exists():
                 path.unlink()
 
-    def _load_segments(self, now_ms: int, recovery_point: int | None) -> None:
+    def _load_segments(self, now: WallMs, recovery_point: int | None) -> None:
         bases = sorted(int(p.stem) for p in self.directory.glob(f"*{LOG_SUFFIX}") if p.stem.isdigit())
-        segments = [LogSegment(self.directory, base, self.config, now_ms) for base in bases]
+        segments: list[LogSegment] = []
+        try:
+            for base in bases:
+                segments.append(LogSegment(self.directory, base, self.config, now, self._disk))
+            self._recover_segments(segments, now, recovery_point)
+        except BaseException:
+            for segment in segments:
+                segment.abandon()  # those already taken in are let go of by `open`; abandoning is idempotent
+            raise
+
+    def _recover_segments(self, segments: list[LogSegment], now: WallMs, recovery_point: int | None) -> None:
         report = self.recovery_report
         for i, segment in enumerate(segments):
             next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
             unflushed = recovery_point is not None and (next_base is None or next_base > recovery_point)
             truncated = False
             if unflushed:
-                recovery = segment.recover(max(recovery_point or 0, segment.base_offset), now_ms)
+                recovery = segment.recover(max(recovery_point or 0, segment.base_offset), now)
                 report.recovered.append(recovery)
                 truncated = recovery.truncated_bytes > 0
             else:
@@ -165,7 +259,7 @@ class PartitionLog:
                     segment.load()
                 except StorageError:
                     report.rebuilt_indexes.append(segment.base_offset)
-                    recovery = segment.recover(segment.base_offset, now_ms)
+                    recovery = segment.recover(segment.base_offset, now)
                     report.recovered.append(recovery)
                     truncated = recovery.truncated_bytes > 0
             self._add_segment(segment)
@@ -179,6 +273,29 @@ class PartitionLog:
         assert not self._segments or segment.base_offset >= self._segments[-1].next_offset
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
+
+    # -- topic identity ------------------------------------------------------------------------------------
+
+    def assign_topic_id(self, topic_id: str) -> None:
+        """Record the topic id of a log that has none (Kafka's `assignTopicId`), writing `partition.metadata`
+        atomically. The same id again changes nothing; a different one is INCONSISTENT_TOPIC_ID: a log is never
+        moved to another incarnation of its topic (the owner deletes it instead)."""
+        if self.topic_id == topic_id:
+            return
+        if self.topic_id is not None:
+            raise self._inconsistent_topic_id(topic_id)
+        self._check_online()
+        self._write_topic_id(topic_id)
+
+    def _write_topic_id(self, topic_id: str) -> None:
+        self._metadata.write(topic_id)
+        self.topic_id = topic_id
+
+    def _inconsistent_topic_id(self, topic_id: str) -> StorageError:
+        return StorageError(
+            f"{self.topic_partition}: the log in {self.directory} belongs to topic id {self.topic_id}, not {topic_id}",
+            ErrorCode.INCONSISTENT_TOPIC_ID,
+        )
 
     # -- offsets -------------------------------------------------------------------------------------------
 
@@ -198,6 +315,10 @@ class PartitionLog:
     def size_bytes(self) -> int:
         return sum(segment.size for segment in self._segments)
 
+    @property
+    def offline(self) -> bool:
+        return self.offline_reason is not None
+
     def update_high_watermark(self, high_watermark: int) -> int:
         """Set the HW as the replica layer computed it, clamped to [log start offset, LEO] as Kafka does."""
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
@@ -206,19 +327,28 @@ class PartitionLog:
     # -- appending -----------------------------------------------------------------------------------------
 
     def validate_client_batches(self, records: bytes) -> list[BatchHeader]:
-        """What `append_as_leader` checks of a producer's batches, on its own: a broker validates before its
-        replication core assigns offsets, so a bad batch is refused before anything changes."""
-        return self._validate(records, from_client=True)
+        """`hightide.core.validation.validate_produce` under this log's limits (max.message.bytes,
+        segment.bytes), its refusal as a StorageError: what a leader checks before its core assigns offsets."""
+        try:
+            return validate_produce(
+                records, max_message_bytes=self.config.max_message_bytes, segment_bytes=self.config.segment_bytes
+            )
+        except InvalidRecordBatch as e:
+            raise StorageError(f"{self.topic_partition}: {e.args[0]}", e.error_code) from None
 
     def append_as_leader(
-        self, records: bytes, leader_epoch: int, now_ms: int, *, validated: list[BatchHeader] | None = None
+        self, records: bytes, leader_epoch: int, now: WallMs, *, validated: list[BatchHeader] | None = None
     ) -> AppendInfo:
-        """Validate a producer's batches (unless `validated` holds the headers `validate_client_batches` returned
-        for these very bytes), assign offsets from the LEO, stamp `leader_epoch`, and append."""
+        """Append a producer's batches: offsets from the LEO, `leader_epoch` stamped. `validated` holds the headers
+        `validate_produce` (or `validate_client_batches`) returned for these very bytes; without it they are
+        validated here. Nothing is parsed twice."""
         assert leader_epoch >= 0
-        headers = validated if validated is not None else self._validate(records, from_client=True)
+        self._check_online()
+        headers = validated if validated is not None else self.validate_client_batches(records)
+        if len(records) > self.config.segment_bytes:  # validated under another config, before it changed
+            raise self._too_large(len(records), "the batches")
         view = memoryview(records)
-        buffers: list[bytes | memoryview] = []
+        buffers: list[WriteBuffer] = []
         batches: list[WrittenBatch] = []
         base_offset = self.log_end_offset
         position = 0
@@ -230,69 +360,111 @@ class PartitionLog:
             batches.append((base_offset, last_offset, header.max_timestamp, size))
             base_offset = last_offset + 1
             position += size
-        return self._append(buffers, batches, ((leader_epoch, batches[0][0]),), now_ms)
+        assert position == len(records), "the headers are not these bytes'"
+        return self._append([(buffers, batches)], ((leader_epoch, batches[0][0]),), now)
 
-    def append_as_follower(self, records: bytes, now_ms: int) -> AppendInfo:
-        """Append a leader's batches as they are: offsets must continue from the LEO."""
-        headers = self._validate(records, from_client=False)
+    def append_as_follower(
+        self, records: bytes, now: WallMs, *, validated: list[BatchHeader] | None = None
+    ) -> AppendInfo:
+        """Append a leader's batches as they are. `validated` holds the headers `validate_replicated` returned for
+        these very bytes; without it they are validated here (one CRC per batch).
+
+        Refused, changing nothing: batches that do not start exactly at the LEO or do not follow each other (a gap
+        or an overlap: INVALID_RECORD), and a single batch larger than segment.bytes (RECORD_LIST_TOO_LARGE).
+        A set larger than segment.bytes rolls between batches. (A compacted topic will need gaps between batches;
+        then only the check of the first offset stays.)"""
+        self._check_online()
+        if validated is None:
+            try:
+                headers = validate_replicated(records)
+            except InvalidRecordBatch as e:
+                raise StorageError(f"{self.topic_partition}: {e.args[0]}", e.error_code) from None
+        else:
+            headers = validated
+        if not headers:
+            raise StorageError(f"{self.topic_partition}: no record batches to append", ErrorCode.INVALID_RECORD)
+        batches, epoch_starts = self._continuing_batches(headers)
+        return self._append(self._follower_chunks(records, batches), epoch_starts, now)
+
+    def _continuing_batches(
+        self, headers: Sequence[BatchHeader]
+    ) -> tuple[list[WrittenBatch], tuple[tuple[int, int], ...]]:
+        """What the segments index of each batch, and where leader epochs start; refused unless the batches
+        continue the log exactly, one after the other. One pass: this runs on every follower append."""
         expected = self.log_end_offset
         batches: list[WrittenBatch] = []
         epoch_starts: list[tuple[int, int]] = []
+        epoch = None
         for header in headers:
-            if header.base_offset < expected:
-                raise StorageError(
-                    f"{self.topic_partition}: batch at offset {header.base_offset} does not continue the log "
-                    f"(next offset {expected})",
-                    ErrorCode.INVALID_RECORD,
-                )
-            expected = header.next_offset
-            batches.append((header.base_offset, header.last_offset, header.max_timestamp, header.size))
-            if not epoch_starts or epoch_starts[-1][0] != header.partition_leader_epoch:
-                epoch_starts.append((header.partition_leader_epoch, header.base_offset))
-        return self._append([records], batches, tuple(epoch_starts), now_ms)
+            base_offset, last_offset = header.base_offset, header.last_offset
+            if base_offset != expected or last_offset < base_offset:
+                raise self._discontinuous(header, expected)
+            batches.append((base_offset, last_offset, header.max_timestamp, header.size))
+            if header.partition_leader_epoch != epoch:
+                epoch = header.partition_leader_epoch
+                epoch_starts.append((epoch, base_offset))
+            expected = last_offset + 1
+        return batches, tuple(epoch_starts)
 
-    def _validate(self, records: bytes, from_client: bool) -> list[BatchHeader]:
-        if not records:
-            raise StorageError(f"{self.topic_partition}: no record batches to append", ErrorCode.INVALID_RECORD)
-        try:
-            headers = validate_batches(records, max_batch_bytes=self.config.max_message_bytes)
-        except InvalidRecordBatch as e:
-            raise StorageError(f"{self.topic_partition}: {e.args[0]}", e.error_code) from None
-        total = len(records)
-        if total > self.config.segment_bytes:
-            raise StorageError(
-                f"{self.topic_partition}: {total} bytes exceed segment.bytes {self.config.segment_bytes}",
-                ErrorCode.RECORD_LIST_TOO_LARGE,
+    def _discontinuous(self, header: BatchHeader, expected: int) -> StorageError:
+        if header.base_offset == expected:
+            return StorageError(
+                f"{self.topic_partition}: batch at offset {header.base_offset} ends before it starts "
+                f"(last offset delta {header.last_offset_delta})",
+                ErrorCode.CORRUPT_MESSAGE,
             )
-        if from_client:
-            # Kafka's LogValidator.validateBatch for client appends.
-            for header in headers:
-                if header.record_count <= 0 or header.last_offset_delta + 1 != header.record_count:
-                    raise StorageError(
-                        f"{self.topic_partition}: batch has {header.record_count} records but offset delta "
-                        f"{header.last_offset_delta}",
-                        ErrorCode.INVALID_RECORD,
-                    )
-                if header.is_control:
-                    raise StorageError(
-                        f"{self.topic_partition}: clients may not write control batches",
-                        ErrorCode.INVALID_RECORD,
-                    )
-            # Then every record is decoded, as Kafka's LogValidator reads each one: a batch whose CRC matches but
-            # whose records do not parse would otherwise be stored, and every consumer would stop at it.
-            try:
-                validate_batches(records, deep=True)
-            except InvalidRecordBatch as e:
-                raise StorageError(f"{self.topic_partition}: {e.args[0]}", e.error_code) from None
-        return headers
+        what = "a gap" if header.base_offset > expected else "an overlap"
+        return StorageError(
+            f"{self.topic_partition}: batch at offset {header.base_offset} does not continue the log at offset "
+            f"{expected} ({what})",
+            ErrorCode.INVALID_RECORD,
+        )
 
-    def _append(
-        self,
-        buffers: list[bytes | memoryview],
-        batches: list[WrittenBatch],
-        epoch_starts: tuple[tuple[int, int], ...],
-        now_ms: int,
-    ) -> AppendInfo:
+    def _follower_chunks(self, records: bytes, batches: list[WrittenBatch]) -> list[_Chunk]:
+        """The batches cut into runs of at most segment.bytes, each written to one segment (usually one run)."""
+        limit = self.config.segment_bytes
+        if len(batches) == 1:
+            assert batches[0][3] == len(records), "the headers are not these bytes'"
+        else:
+            assert sum(batch[3] for batch in batches) == len(records), "the headers are not these bytes'"
+        if len(records) <= limit:
+            return [([records], batches)]
+        view = memoryview(records)
+        chunks: list[_Chunk] = []
+        run: list[WrittenBatch] = []
+        start = position = 0
+        for batch in batches:
+            size = batch[3]
+            if size > limit:
+                raise self._too_large(size, f"the batch at offset {batch[0]}")
+            if position + size - start > limit:
+                chunks.append(([view[start:position]], run))
+                run, start = [], position
+            run.append(batch)
+            position += size
+        chunks.append(([view[start:position]], run))
+        return chunks
+
+    def _too_large(self, size: int, what: str) -> StorageError:
+        return StorageError(
+            f"{self.topic_partition}: {what}: {size} bytes exceed segment.bytes {self.config.segment_bytes}",
+            ErrorCode.RECORD_LIST_TOO_LARGE,
+        )
+
+    def _append(self, chunks: list[_Chunk], epoch_starts: tuple[tuple[int, int], ...], now: WallMs) -> AppendInfo:
+        segments_before, flush_wanted_before = len(self._segments), self._flush_wanted_up_to
+        active = self._segments[-1]
+        created_before = active.created_ms
+        rolled_to: list[int] = []
+        try:
+            for buffers, run in chunks:
+                rolled = self._write(buffers, run, now)
+                if rolled is not None:
+                    rolled_to.append(rolled)
+        except OSError as error:
+            undo = _AppendUndo(segments_before, active, chunks[0][1][0][0], created_before, flush_wanted_before)
+            raise self._undo_append(undo, error, now) from None
+        batches = chunks[0][1] if len(chunks) == 1 else [batch for _, run in chunks for batch in run]
         if len(batches) == 1:
             (first_offset, last_offset, max_timestamp, size) = batches[0]
             offset_of_max = last_offset
@@ -300,28 +472,78 @@ class PartitionLog:
             first_offset, last_offset = batches[0][0], batches[-1][1]
             size = sum(batch[3] for batch in batches)
             max_timestamp, offset_of_max = max((batch[2], batch[1]) for batch in batches)
-        rolled_to = None
+        if last_offset + 1 - self.recovery_point >= self.config.flush_messages:
+            self.flush(last_offset + 1)
+            self.last_flush_ms = now
+        return AppendInfo(first_offset, last_offset, max_timestamp, offset_of_max, size, epoch_starts, tuple(rolled_to))
+
+    def _write(self, buffers: list[WriteBuffer], batches: list[WrittenBatch], now: WallMs) -> int | None:
+        """Write one run of batches to the active segment, rolling first if the core's rule says so; the base
+        offset of the segment started, if any."""
+        first_offset, last_offset = batches[0][0], batches[-1][1]
+        if len(batches) == 1:
+            size, max_timestamp = batches[0][3], batches[0][2]
+        else:
+            size, max_timestamp = sum(batch[3] for batch in batches), max(batch[2] for batch in batches)
         segment = self._segments[-1]
-        if segment.should_roll(size, max_timestamp, last_offset, now_ms):
-            segment = self.roll(now_ms, first_offset)
-            rolled_to = segment.base_offset
+        rolled = None
+        config = self.config
+        reason = roll_reason(
+            segment,
+            size,
+            max_timestamp,
+            last_offset,
+            segment_bytes=config.segment_bytes,
+            segment_ms=config.segment_ms,
+            now=now,
+        )
+        if reason is not None:
+            active, segment = segment, self._roll(now, first_offset)
+            rolled = segment.base_offset if segment is not active else None
         if len(buffers) > _WRITEV_BUFFERS_MAX:
             buffers = [b"".join(buffers)]  # past IOV_MAX's reach: one copy instead of many syscalls
         segment.append(buffers, batches)
-        if last_offset + 1 - self.recovery_point >= self.config.flush_messages:
-            self.flush(last_offset + 1)
-            self.last_flush_ms = now_ms
-        return AppendInfo(first_offset, last_offset, max_timestamp, offset_of_max, size, epoch_starts, rolled_to)
+        return rolled
 
-    def roll(self, now_ms: int, expected_next_offset: int | None = None) -> LogSegment:
+    def _undo_append(self, undo: _AppendUndo, error: OSError, now: WallMs) -> DiskError:
+        """Put the log back as it was before a failed append: delete the segments it started, cut the one that
+        was active back to its size. If that fails too, the log goes offline."""
+        try:
+            while len(self._segments) > undo.segments:
+                self._bases.pop()
+                self._segments.pop().delete()
+            active = self.active_segment
+            assert active is undo.active
+            if active.next_offset > undo.log_end_offset:  # an earlier run of this append went into it
+                active.truncate_to(undo.log_end_offset, now)
+                active.created_ms = undo.created_ms
+            active.cut_back()
+        except OSError as second:
+            return self._go_offline(f"append failed ({error}) and cutting it back failed too ({second})")
+        self._flush_wanted_up_to = undo.flush_wanted_up_to
+        return DiskError(
+            f"{self.topic_partition}: append at offset {self.log_end_offset} failed: {error}; the segment was cut back "
+            f"to {self.active_segment.size} bytes and the log is unchanged",
+            offline=False,
+        )
+
+    def roll(self, now: WallMs, expected_next_offset: int | None = None) -> LogSegment:
         """Start a new active segment at max(expected, LEO); the finished one is marked for flushing."""
+        self._check_online()
+        try:
+            return self._roll(now, expected_next_offset)
+        except OSError as error:
+            raise DiskError(f"{self.topic_partition}: cannot start a new segment: {error}", offline=False) from None
+
+    def _roll(self, now: WallMs, expected_next_offset: int | None = None) -> LogSegment:
         new_base = max(expected_next_offset or 0, self.log_end_offset)
         active = self.active_segment
         if active.size == 0 and active.base_offset == new_base:
             return active
-        active.on_become_inactive()
-        segment = LogSegment(self.directory, new_base, self.config, now_ms)
+        # The new segment's files first: if the disk refuses them, the active segment is still active, untouched.
+        segment = LogSegment(self.directory, new_base, self.config, now, self._disk)
         assert segment.size == 0, f"{segment.log_path} already holds data"
+        active.on_become_inactive()
         self._add_segment(segment)
         self._flush_wanted_up_to = max(self._flush_wanted_up_to, new_base)
         return segment
@@ -339,6 +561,7 @@ class PartitionLog:
         """Raw bytes of whole batches from the one holding `start_offset`: at most `max_bytes` (at least one
         batch if `min_one_batch`, Kafka's KIP-74), none ending at or beyond `max_offset` (the HW, for
         consumers). OFFSET_OUT_OF_RANGE below the log start offset or above the LEO."""
+        self._check_online()
         end = self.log_end_offset
         if start_offset < self.log_start_offset or start_offset > end:
             raise OffsetOutOfRange(
@@ -349,10 +572,13 @@ class PartitionLog:
         if start_offset == end or (max_offset is not None and start_offset >= max_offset):
             return b""
         index = bisect.bisect_right(self._bases, start_offset) - 1
-        for segment in self._segments[max(index, 0) :]:
-            data = segment.read(start_offset, max_bytes, max_offset, min_one_batch)
-            if data is not None:
-                return data
+        try:
+            for segment in self._segments[max(index, 0) :]:
+                data = segment.read(start_offset, max_bytes, max_offset, min_one_batch)
+                if data is not None:
+                    return data
+        except OSError as error:
+            raise self._go_offline(f"read failed: {error}") from None
         return b""
 
     def batch_headers(self, from_offset: int | None = None) -> Iterator[BatchHeader]:
@@ -362,6 +588,7 @@ class PartitionLog:
 
         Reads go through `os.pread` on each segment's descriptor, so appends may run between two steps of the
         iteration (what they add is not yielded); truncating or deleting segments meanwhile may not."""
+        self._check_online()
         start = self.log_start_offset if from_offset is None else from_offset
         end = self.log_end_offset
         if start < self.log_start_offset or start > end:
@@ -392,6 +619,13 @@ class PartitionLog:
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """Kafka's ListOffsets by timestamp: (timestamp, offset) of the first record at or after the log start
         offset whose timestamp is >= `timestamp`, or None. Only the one batch that holds it is decoded."""
+        self._check_online()
+        try:
+            return self._offset_for_timestamp(timestamp)
+        except OSError as error:
+            raise self._go_offline(f"read failed: {error}") from None
+
+    def _offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         for segment in self._segments:
             if segment.largest_timestamp() < timestamp:
                 continue
@@ -420,98 +654,110 @@ class PartitionLog:
 
     # -- retention -----------------------------------------------------------------------------------------
 
-    def delete_old_segments(self, now_ms: int) -> list[DeletedSegment]:
-        """Kafka's three retention passes: `retention.ms`, `retention.bytes`, and the log start offset."""
-        deleted = self._delete_retention_ms_breached(now_ms)
-        deleted += self._delete_retention_bytes_breached(now_ms)
-        deleted += self._delete_log_start_offset_breached(now_ms)
-        return deleted
+    def delete_old_segments(self, now: WallMs) -> list[DeletedSegment]:
+        """Kafka's retention (log start offset, retention.bytes, retention.ms; never at or above the HW), as
+        `hightide.core.retention.plan_retention` decides it."""
+        self._check_online()
+        config = self.config
+        try:
+            plan = plan_retention(
+                self._summaries(with_timestamps=config.retention_ms >= 0),
+                log_start_offset=self.log_start_offset,
+                high_watermark=self.high_watermark,
+                retention_ms=config.retention_ms,
+                retention_bytes=config.retention_bytes,
+                now=now,
+            )
+        except OSError as error:
+            raise self._go_offline(f"reading a segment's modification time failed: {error}") from None
+        return self._carry_out(plan, now)
 
-    def _delete_retention_ms_breached(self, now_ms: int) -> list[DeletedSegment]:
-        retention_ms = self.config.retention_ms
-        if retention_ms < 0:
-            return []
-        return self._delete_segments_while(
-            lambda segment, _next: now_ms - segment.largest_timestamp() > retention_ms, "retention.ms", now_ms
-        )
-
-    def _delete_retention_bytes_breached(self, now_ms: int) -> list[DeletedSegment]:
-        retention_bytes = self.config.retention_bytes
-        excess = self.size_bytes - retention_bytes
-        if retention_bytes < 0 or excess < 0:
-            return []
-
-        def over_size(segment: LogSegment, _next: LogSegment | None) -> bool:
-            nonlocal excess
-            if excess - segment.size >= 0:
-                excess -= segment.size
-                return True
-            return False
-
-        return self._delete_segments_while(over_size, "retention.bytes", now_ms)
-
-    def _delete_log_start_offset_breached(self, now_ms: int) -> list[DeletedSegment]:
-        start = self.log_start_offset
-        return self._delete_segments_while(
-            lambda _segment, following: following is not None and following.base_offset <= start,
-            "log start offset",
-            now_ms,
-        )
-
-    def _delete_segments_while(
-        self, predicate: Callable[[LogSegment, LogSegment | None], bool], reason: str, now_ms: int
-    ) -> list[DeletedSegment]:
-        """Kafka's `deletableSegments`: from the oldest, while the predicate holds and the segment lies wholly
-        below the high watermark (never the empty active segment)."""
-        doomed: list[LogSegment] = []
-        for i, segment in enumerate(self._segments):
-            following = self._segments[i + 1] if i + 1 < len(self._segments) else None
-            upper = following.base_offset if following is not None else self.log_end_offset
-            last_and_empty = following is None and segment.size == 0
-            if self.high_watermark >= upper and not last_and_empty and predicate(segment, following):
-                doomed.append(segment)
-            else:
-                break
-        if not doomed:
-            return []
-        if len(doomed) == len(self._segments):
-            self.roll(now_ms)
-        result = []
-        for segment in doomed:
-            result.append(DeletedSegment(segment.base_offset, segment.next_offset, segment.size, reason))
-            segment.delete()
-        del self._segments[: len(doomed)]
-        del self._bases[: len(doomed)]
-        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
-        self.recovery_point = max(self.recovery_point, self.log_start_offset)
-        return result
-
-    def delete_records(self, offset: int, now_ms: int) -> int:
-        """Kafka's DeleteRecords: move the log start offset to `offset` (at most the HW; -1 means the HW, as in
-        Kafka's DeleteRecordsRequest) and delete segments wholly below it. Returns the new log start offset."""
-        if offset == DELETE_RECORDS_TO_HIGH_WATERMARK:
-            offset = self.high_watermark
-        if offset < 0 or offset > self.high_watermark:
+    def advance_log_start_offset(self, offset: int, now: WallMs) -> LogStartOffsetUpdate:
+        """Kafka's `maybeIncrementLogStartOffset`: move the log start offset up to `offset` (never down) and delete
+        the segments wholly below it. What a follower does with its leader's log start offset (reason
+        LeaderOffsetIncremented) and DeleteRecords on a leader. OFFSET_OUT_OF_RANGE, changing nothing, when
+        `offset` is above the HW: the log start offset never passes it."""
+        self._check_online()
+        if offset > self.high_watermark:
             raise OffsetOutOfRange(
-                f"{self.topic_partition}: cannot delete records before {offset}: the high watermark is "
+                f"{self.topic_partition}: cannot move the log start offset to {offset}: the high watermark is "
                 f"{self.high_watermark}"
             )
+        before = self.log_start_offset
+        if offset <= before:
+            return LogStartOffsetUpdate(before, before, ())
+        self._set_log_start_offset(offset)
+        plan = plan_log_start_offset_retention(
+            self._summaries(with_timestamps=False), log_start_offset=offset, high_watermark=self.high_watermark
+        )
+        deleted = self._carry_out(plan, now)
+        return LogStartOffsetUpdate(before, self.log_start_offset, tuple(deleted))
+
+    def delete_records(self, offset: int, now: WallMs) -> LogStartOffsetUpdate:
+        """Kafka's DeleteRecords: `advance_log_start_offset(offset)`, where -1 means the HW (Kafka's
+        DeleteRecordsRequest); any other negative offset is OFFSET_OUT_OF_RANGE."""
+        if offset == DELETE_RECORDS_TO_HIGH_WATERMARK:
+            offset = self.high_watermark
+        if offset < 0:
+            raise OffsetOutOfRange(f"{self.topic_partition}: cannot delete records before {offset}")
+        return self.advance_log_start_offset(offset, now)
+
+    def _summaries(self, *, with_timestamps: bool) -> list[SegmentSummary]:
+        return [
+            SegmentSummary(s.base_offset, s.next_offset, s.size, s.largest_timestamp() if with_timestamps else -1)
+            for s in self._segments
+        ]
+
+    def _carry_out(self, plan: RetentionPlan, now: WallMs) -> list[DeletedSegment]:
+        """Delete the plan's segments: roll first if every segment goes, raise the log start offset, then remove
+        the segments from lookups and their files (Kafka's `deleteSegments`)."""
+        count = len(plan.deletions)
+        if count == 0:
+            return []
+        doomed = self._segments[:count]
+        assert [s.base_offset for s in doomed] == [d.segment.base_offset for d in plan.deletions], plan
+        deleted = [
+            DeletedSegment(s.base_offset, s.next_offset, s.size, str(d.reason))
+            for s, d in zip(doomed, plan.deletions, strict=True)
+        ]
+        try:
+            if plan.roll_first:
+                self._roll(now)
+            self._set_log_start_offset(plan.log_start_offset)
+            del self._segments[:count]
+            del self._bases[:count]
+            for segment in doomed:
+                segment.delete()
+        except OSError as error:
+            raise self._go_offline(f"deleting segments failed: {error}") from None
+        assert self.log_start_offset >= self._segments[0].base_offset
+        return deleted
+
+    def _set_log_start_offset(self, offset: int) -> None:
+        assert offset <= self.high_watermark or offset <= self.log_start_offset, (offset, self)
         self.log_start_offset = max(self.log_start_offset, offset)
-        self._delete_log_start_offset_breached(now_ms)
-        return self.log_start_offset
+        # Below the log start offset nothing needs recovering (Kafka's updateLogStartOffset).
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
 
     # -- truncation ----------------------------------------------------------------------------------------
 
-    def truncate_to(self, offset: int, now_ms: int) -> int:
+    def truncate_to(self, offset: int, now: WallMs) -> int:
         """Remove every batch holding an offset >= `offset` (a batch straddling it goes whole). Returns the
         number of bytes removed. Deciding that a truncation is safe is the replica layer's job."""
         if offset < 0:
             raise StorageError(f"cannot truncate to negative offset {offset}", ErrorCode.INVALID_REQUEST)
+        self._check_online()
         if offset >= self.log_end_offset:
             return 0
+        try:
+            return self._truncate_to(offset, now)
+        except OSError as error:
+            raise self._go_offline(f"truncation to offset {offset} failed: {error}") from None
+
+    def _truncate_to(self, offset: int, now: WallMs) -> int:
         if offset < self._segments[0].base_offset:
             removed = self.size_bytes
-            self.truncate_fully_and_start_at(offset, now_ms)
+            self._truncate_fully_and_start_at(offset, now)
             return removed
         removed = 0
         while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
@@ -519,7 +765,7 @@ class PartitionLog:
             self._bases.pop()
             removed += segment.size
             segment.delete()
-        removed += self.active_segment.truncate_to(offset, now_ms)
+        removed += self.active_segment.truncate_to(offset, now)
         end = self.log_end_offset
         assert end <= offset
         self.log_start_offset = min(self.log_start_offset, end)
@@ -528,15 +774,23 @@ class PartitionLog:
         self._flush_wanted_up_to = min(self._flush_wanted_up_to, end)
         return removed
 
-    def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int, now: WallMs) -> None:
         """Delete every segment and start an empty log at `offset` (a follower far behind the leader's log
         start offset does this)."""
         assert offset >= 0
-        for segment in self._segments:
-            segment.delete()
+        self._check_online()
+        try:
+            self._truncate_fully_and_start_at(offset, now)
+        except OSError as error:
+            raise self._go_offline(f"starting the log over at offset {offset} failed: {error}") from None
+
+    def _truncate_fully_and_start_at(self, offset: int, now: WallMs) -> None:
+        doomed = list(self._segments)
         self._segments.clear()
         self._bases.clear()
-        self._add_segment(LogSegment(self.directory, offset, self.config, now_ms))
+        for segment in doomed:
+            segment.delete()
+        self._add_segment(LogSegment(self.directory, offset, self.config, now, self._disk))
         self.log_start_offset = offset
         self.high_watermark = offset
         self.recovery_point = offset
@@ -546,19 +800,24 @@ class PartitionLog:
 
     def flush(self, up_to: int | None = None) -> None:
         """fsync every segment holding offsets in [recovery point, up_to); the recovery point becomes up_to."""
+        self._check_online()
         target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
         if target <= self.recovery_point:
             return
-        for segment in self._segments:
-            if segment.next_offset > self.recovery_point and segment.base_offset < target:
-                segment.flush()
+        try:
+            for segment in self._segments:
+                if segment.next_offset > self.recovery_point and segment.base_offset < target:
+                    segment.flush()
+        except OSError as error:
+            # After a failed fsync the page cache may have dropped the data: no later fsync can vouch for it.
+            raise self._go_offline(f"fsync failed: {error}") from None
         self.recovery_point = target
 
-    def flush_if_due(self, now_ms: int) -> bool:
+    def flush_if_due(self, now: WallMs) -> bool:
         """The owner's periodic call: flush finished segments after a roll, and everything every `flush.ms`."""
-        if now_ms - self.last_flush_ms >= self.config.flush_ms:
+        if now - self.last_flush_ms >= self.config.flush_ms:
             self.flush(self.log_end_offset)
-            self.last_flush_ms = now_ms
+            self.last_flush_ms = now
             return True
         if self._flush_wanted_up_to > self.recovery_point:
             self.flush(self._flush_wanted_up_to)
@@ -571,22 +830,52 @@ class PartitionLog:
         self.config = config
         self._segments[-1].config = config
 
+    # -- failure -------------------------------------------------------------------------------------------
+
+    def _check_online(self) -> None:
+        if self.offline_reason is not None:
+            raise LogOffline(f"{self.topic_partition}: the log is offline: {self.offline_reason}")
+
+    def _go_offline(self, reason: str) -> DiskError:
+        """Refuse everything from now on; the next start's recovery repairs the files."""
+        self.offline_reason = reason
+        return DiskError(f"{self.topic_partition}: {reason}: the log is offline", offline=True)
+
+    # -- closing -------------------------------------------------------------------------------------------
+
     def close(self) -> None:
-        """Flush everything and close the files (a clean shutdown; the owner then writes the marker)."""
-        self.flush(self.log_end_offset)
+        """Flush everything and close the files (a clean shutdown; the owner then writes the marker). An offline
+        log is only let go of, as `abandon` does; a flush or close that fails takes the log offline (DiskError),
+        every file closed all the same."""
+        if self.offline:
+            self.abandon()
+            return
+        try:
+            self.flush(self.log_end_offset)
+        except DiskError:
+            self.abandon()
+            raise
+        failure: OSError | None = None
         for segment in self._segments:
-            segment.close()
+            try:
+                segment.close()
+            except OSError as error:
+                failure = failure or error
+        if failure is not None:
+            raise self._go_offline(f"closing the segments failed: {failure}")
 
     def abandon(self) -> None:
-        """Close the files without flushing or writing anything: what a crash leaves behind (for tests)."""
+        """Close the files without flushing or writing anything: what a crash leaves behind (for tests, and for a
+        log that is offline)."""
         for segment in self._segments:
-            segment.abandon()
+            if not segment.closed:
+                segment.abandon()
 
     def __repr__(self) -> str:
         return (
             f"PartitionLog({self.topic_partition}, log_start_offset={self.log_start_offset}, "
             f"log_end_offset={self.log_end_offset}, high_watermark={self.high_watermark}, "
-            f"segments={len(self._segments)})"
+            f"segments={len(self._segments)}{', offline' if self.offline else ''})"
         )
 
 

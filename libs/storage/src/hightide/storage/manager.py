@@ -14,6 +14,9 @@ Room: libs/storage. Kafka's LogManager, for one log dir:
 The marker keeps Kafka's name and JSON body (`{"version":0,"brokerEpoch":N}`), so Kafka's tools recognise a
 Hightide log dir, and the broker epoch it records lets the controller tell a clean restart from an unclean one
 (KIP-966). Without the marker, every log recovers from its checkpointed recovery point.
+
+A log that a disk failure took offline (`PartitionLog.offline`) stays in `logs` so its owner can report it, but
+periodic work skips it, and a shutdown with an offline log writes no marker: its files need recovery.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from hightide.core.clock import WallMs
 from hightide.protocol.errors import ErrorCode
 from hightide.storage.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -38,8 +42,10 @@ from hightide.storage.checkpoint import (
     OffsetCheckpointFile,
     TopicPartition,
     fsync_directory,
+    write_atomically,
 )
 from hightide.storage.config import LogConfig
+from hightide.storage.disk import SYSTEM_DISK, DiskIO
 from hightide.storage.errors import StorageError
 from hightide.storage.log import DeletedSegment, PartitionLog
 
@@ -75,9 +81,10 @@ class CleanShutdown:
 class LogManager:
     """Every partition log in one log dir. Synchronous; one task owns it."""
 
-    def __init__(self, log_dir: Path, default_config: LogConfig) -> None:
+    def __init__(self, log_dir: Path, default_config: LogConfig, disk: DiskIO = SYSTEM_DISK) -> None:
         self.log_dir = log_dir
         self.default_config = default_config
+        self._disk = disk
         self.logs: dict[TopicPartition, PartitionLog] = {}
         self.previous_clean_shutdown: CleanShutdown | None = None
         self._lock_fd = -1
@@ -90,17 +97,21 @@ class LogManager:
         cls,
         log_dir: Path,
         default_config: LogConfig,
-        now_ms: int,
+        now: WallMs,
         topic_configs: dict[str, LogConfig] | None = None,
+        *,
+        disk: DiskIO = SYSTEM_DISK,
     ) -> LogManager:
-        """Lock the dir, finish interrupted deletions, and load (recovering if needed) every partition log."""
+        """Lock the dir, finish interrupted deletions, and load (recovering if needed) every partition log, each
+        with the topic id its `partition.metadata` holds. A log that cannot be opened (a corrupt file) is a
+        StorageError naming it, and nothing stays open."""
         log_dir.mkdir(parents=True, exist_ok=True)
-        manager = cls(log_dir, default_config)
+        manager = cls(log_dir, default_config, disk)
         manager._lock()
         try:
-            manager._load(now_ms, topic_configs or {})
+            manager._load(now, topic_configs or {})
         except BaseException:
-            manager._unlock()
+            manager.abandon()
             raise
         return manager
 
@@ -118,7 +129,7 @@ class LogManager:
             os.close(self._lock_fd)
             self._lock_fd = -1
 
-    def _load(self, now_ms: int, topic_configs: dict[str, LogConfig]) -> None:
+    def _load(self, now: WallMs, topic_configs: dict[str, LogConfig]) -> None:
         self.remove_deleted_logs()
         marker = self.log_dir / CLEAN_SHUTDOWN_FILE
         self.previous_clean_shutdown = _read_clean_shutdown(marker)
@@ -130,10 +141,11 @@ class LogManager:
                 directory,
                 tp,
                 topic_configs.get(tp.topic, self.default_config),
-                now_ms,
+                now,
                 recovery_point=recovery_points.get(tp, 0),
                 log_start_offset=log_start_offsets.get(tp, 0),
                 clean_shutdown=clean,
+                disk=self._disk,
             )
         # From here on a crash must be treated as unclean: the marker goes before anything is written.
         if clean:
@@ -152,20 +164,37 @@ class LogManager:
     def get_log(self, tp: TopicPartition) -> PartitionLog | None:
         return self.logs.get(tp)
 
-    def get_or_create_log(self, tp: TopicPartition, now_ms: int, config: LogConfig | None = None) -> PartitionLog:
+    def get_or_create_log(
+        self, tp: TopicPartition, now: WallMs, config: LogConfig | None = None, *, topic_id: str | None = None
+    ) -> PartitionLog:
+        """The log of `tp`, created empty if there is none. With `topic_id` (Kafka's LogManager.getOrCreateLog):
+        a new log records it in `partition.metadata` before anything else; a loaded log without one is given it;
+        a log holding another id is refused with INCONSISTENT_TOPIC_ID and left as it is, for the owner to
+        delete (a topic deleted and created again under the same name while this broker was away)."""
         existing = self.logs.get(tp)
         if existing is not None:
+            if topic_id is not None:
+                existing.assign_topic_id(topic_id)
             return existing
         validate_topic_name(tp.topic)
         if tp.partition < 0:
             raise StorageError(f"illegal partition {tp.partition}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        log = PartitionLog.open(
-            self.log_dir / partition_dir_name(tp),
-            tp,
-            config or self.default_config,
-            now_ms,
-            clean_shutdown=True,
-        )
+        directory = self.log_dir / partition_dir_name(tp)
+        existed = directory.exists()
+        try:
+            log = PartitionLog.open(
+                directory,
+                tp,
+                config or self.default_config,
+                now,
+                clean_shutdown=True,
+                topic_id=topic_id,
+                disk=self._disk,
+            )
+        except BaseException:
+            if not existed:  # leave no half-made partition dir behind for the next start to load
+                shutil.rmtree(directory, ignore_errors=True)
+            raise
         fsync_directory(self.log_dir)
         self.logs[tp] = log
         return log
@@ -176,7 +205,7 @@ class LogManager:
         log = self.logs.pop(tp, None)
         if log is None:
             raise StorageError(f"no log for {tp}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        log.close()
+        log.abandon()  # its data is going: nothing to flush (and an offline log could not be)
         doomed = self.log_dir / f"{partition_dir_name(tp)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         os.replace(log.directory, doomed)
         fsync_directory(self.log_dir)
@@ -192,16 +221,23 @@ class LogManager:
 
     # -- periodic work -------------------------------------------------------------------------------------
 
-    def flush_due_logs(self, now_ms: int) -> list[TopicPartition]:
-        return [tp for tp, log in self.logs.items() if log.flush_if_due(now_ms)]
+    def flush_due_logs(self, now: WallMs) -> list[TopicPartition]:
+        """Every online log's `flush_if_due`; the logs flushed. A log that fails raises its DiskError (offline)."""
+        return [tp for tp, log in self.logs.items() if not log.offline and log.flush_if_due(now)]
 
-    def run_retention(self, now_ms: int) -> dict[TopicPartition, list[DeletedSegment]]:
+    def run_retention(self, now: WallMs) -> dict[TopicPartition, list[DeletedSegment]]:
+        """Every online log's retention; the segments each deleted."""
         result = {}
         for tp, log in self.logs.items():
-            deleted = log.delete_old_segments(now_ms)
+            if log.offline:
+                continue
+            deleted = log.delete_old_segments(now)
             if deleted:
                 result[tp] = deleted
         return result
+
+    def offline_logs(self) -> list[TopicPartition]:
+        return [tp for tp, log in self.logs.items() if log.offline]
 
     def checkpoint_recovery_points(self) -> None:
         self._recovery_points.write({tp: log.recovery_point for tp, log in self.logs.items()})
@@ -217,21 +253,24 @@ class LogManager:
 
     # -- shutdown ------------------------------------------------------------------------------------------
 
-    def shutdown(self, broker_epoch: int = -1) -> None:
-        """Kafka's clean shutdown: flush and close every log, write the checkpoints, then the marker."""
+    def shutdown(self, broker_epoch: int = -1) -> list[TopicPartition]:
+        """Kafka's clean shutdown: flush and close every log, write the checkpoints, then the marker. Returns the
+        logs that were or went offline; when there is any, no marker is written (their files need recovery)."""
         for log in self.logs.values():
-            log.close()
-        self.checkpoint_recovery_points()
-        self.checkpoint_log_start_offsets()
-        self.checkpoint_high_watermarks()
-        marker = self.log_dir / CLEAN_SHUTDOWN_FILE
-        with open(marker, "w", encoding="utf-8") as f:
-            json.dump({"version": 0, "brokerEpoch": broker_epoch}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        fsync_directory(self.log_dir)
-        self.logs.clear()
-        self._unlock()
+            with contextlib.suppress(StorageError):
+                log.close()  # a failure takes the log offline; the others still close
+        offline = self.offline_logs()
+        try:
+            self.checkpoint_recovery_points()
+            self.checkpoint_log_start_offsets()
+            self.checkpoint_high_watermarks()
+            if not offline:  # last: a failure above (a StorageError) leaves no marker either
+                marker = {"version": 0, "brokerEpoch": broker_epoch}
+                write_atomically(self.log_dir / CLEAN_SHUTDOWN_FILE, json.dumps(marker))
+        finally:
+            self.logs.clear()
+            self._unlock()
+        return offline
 
     def abandon(self) -> None:
         """Let go of every file as a killed process would: no flush, no checkpoint, no marker (for tests)."""

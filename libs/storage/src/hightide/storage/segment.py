@@ -10,16 +10,24 @@ more than `index.interval.bytes` were written since the batch of the last index 
 measure "bytes since the last entry" as the distance from that entry's position, so an index rebuilt by recovery
 is byte-identical to the one built by appends, even across restarts and truncations (Kafka resets its counter
 to 0 on load, so its indexes depend on when the broker restarted).
+
+Every change to the files goes through the log's `DiskIO` (`hightide.storage.disk`). A write the disk refuses
+leaves the segment's in-memory state as it was: batches are indexed only once their bytes are written, and
+`cut_back` removes whatever a failed write left past the segment's size. When to roll is the core's rule
+(`hightide.core.rolling`); a segment only reports what that rule reads.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from hightide.core.clock import WallMs
+from hightide.core.rolling import RELATIVE_OFFSET_MAX, roll_jitter_ms
 from hightide.protocol.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
@@ -28,6 +36,7 @@ from hightide.protocol.records import (
     read_batch_header,
 )
 from hightide.storage.config import LogConfig
+from hightide.storage.disk import SYSTEM_DISK, DiskIO, WriteBuffer
 from hightide.storage.errors import CorruptIndex, StorageError
 from hightide.storage.index import OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset
 
@@ -37,7 +46,6 @@ TIME_INDEX_SUFFIX: Final = ".timeindex"
 DELETED_SUFFIX: Final = ".deleted"
 SCAN_CHUNK_BYTES: Final = 64 * 1024
 RECOVERY_CHUNK_BYTES: Final = 8 * 1024 * 1024
-RELATIVE_OFFSET_MAX: Final = 2**31 - 1
 
 
 def filename_prefix(offset: int) -> str:
@@ -72,27 +80,37 @@ class SegmentRecovery:
 class LogSegment:
     """A segment's files and the in-memory state needed to append to, read from and roll it."""
 
-    def __init__(self, directory: Path, base_offset: int, config: LogConfig, created_ms: int) -> None:
+    def __init__(
+        self, directory: Path, base_offset: int, config: LogConfig, created_ms: WallMs, disk: DiskIO = SYSTEM_DISK
+    ) -> None:
         assert base_offset >= 0
         self.base_offset = base_offset
         self.config = config
+        self._disk = disk
         prefix = directory / filename_prefix(base_offset)
         self.log_path = prefix.with_suffix(LOG_SUFFIX)
         index_path = prefix.with_suffix(INDEX_SUFFIX)
         time_index_path = prefix.with_suffix(TIME_INDEX_SUFFIX)
         self.indexes_missing = not (index_path.exists() and time_index_path.exists())
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self._fd).st_size
-        self.offset_index = OffsetIndex(index_path, base_offset, config.offset_index_max_entries)
-        self.time_index = TimeIndex(time_index_path, base_offset, config.time_index_max_entries)
+        try:
+            self.size = os.fstat(self._fd).st_size
+            self.offset_index = OffsetIndex(index_path, base_offset, config.offset_index_max_entries, disk)
+            try:
+                self.time_index = TimeIndex(time_index_path, base_offset, config.time_index_max_entries, disk)
+            except BaseException:
+                self.offset_index.abandon()
+                raise
+        except BaseException:
+            os.close(self._fd)  # a full disk may refuse the index files: leak no descriptor
+            raise
+        self.closed = False
         self.created_ms = created_ms
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp = base_offset
         self.rolling_based_timestamp: int | None = None
         self.next_offset = base_offset
-        # A deterministic spread in [0, segment.jitter.ms), so partitions do not all roll at once.
-        jitter = config.segment_jitter_ms
-        self.roll_jitter_ms = (base_offset * 2654435761) % jitter if jitter > 0 else 0
+        self.roll_jitter_ms = roll_jitter_ms(base_offset, config.segment_jitter_ms)
 
     # -- loading -------------------------------------------------------------------------------------------
 
@@ -126,41 +144,39 @@ class LogSegment:
 
     # -- appending ---------------------------------------------------------------------------------------
 
-    def should_roll(self, incoming_bytes: int, max_timestamp: int, last_offset: int, now_ms: int) -> bool:
-        """Kafka's `LogSegment.shouldRoll`: full by bytes, old by time, an index full, or offsets too far."""
-        time_waited = (
-            max_timestamp - self.rolling_based_timestamp
-            if self.rolling_based_timestamp is not None and self.rolling_based_timestamp >= 0
-            else now_ms - self.created_ms
-        )
-        config = self.config
-        return (
-            self.size > config.segment_bytes - incoming_bytes
-            or (self.size > 0 and time_waited > config.segment_ms - self.roll_jitter_ms)
-            or self.offset_index.entries >= self.offset_index.max_entries
-            or self.time_index.is_full()
-            or last_offset - self.base_offset > RELATIVE_OFFSET_MAX
-        )
+    @property
+    def offset_index_full(self) -> bool:
+        return self.offset_index.is_full()
 
-    def append(self, buffers: Sequence[bytes | bytearray | memoryview], batches: Sequence[WrittenBatch]) -> None:
-        """Write whole batches (validated, offsets assigned) and index them. This is the append hot path."""
+    @property
+    def time_index_full(self) -> bool:
+        return self.time_index.is_full()
+
+    def append(self, buffers: Sequence[WriteBuffer], batches: Sequence[WrittenBatch]) -> None:
+        """Write whole batches (validated, offsets assigned) and index them. This is the append hot path.
+
+        Raises OSError when the disk refuses the write or writes only part of it; the segment's in-memory state
+        is then unchanged, and the file may hold a torn tail past `size` until `cut_back` removes it."""
         assert batches and batches[0][0] >= self.next_offset, (batches[0], self.next_offset)
+        expected = 0
+        for batch in batches:
+            expected += batch[3]
+        written = self._disk.writev(self._fd, buffers)
+        if written != expected:
+            # On a regular file a short write means the disk is full or failing (the next write would say which).
+            raise OSError(errno.ENOSPC, f"short write ({written} of {expected} bytes)", str(self.log_path))
         position = self.size
         for _, last_offset, max_timestamp, size in batches:
             self._index_batch(position, last_offset, max_timestamp)
             position += size
-        expected = position - self.size
-        written = os.writev(self._fd, buffers)
-        if written != expected:
-            # A short write on a regular file means the disk is full or failing; cut back to whole batches.
-            os.ftruncate(self._fd, self.size)
-            self.offset_index.truncate_to_position(self.size)
-            self.time_index.truncate_to(batches[0][0])
-            raise StorageError(f"{self.log_path}: short write ({written} of {expected} bytes)")
         self.size = position
         self.next_offset = batches[-1][1] + 1
         if self.rolling_based_timestamp is None:
             self.rolling_based_timestamp = batches[0][2]
+
+    def cut_back(self) -> None:
+        """Remove whatever a failed write left past the segment's size (the file ends at a batch boundary again)."""
+        self._disk.ftruncate(self._fd, self.size)
 
     def _index_batch(self, position: int, last_offset: int, max_timestamp: int) -> None:
         if max_timestamp > self.max_timestamp_so_far:
@@ -240,18 +256,18 @@ class LogSegment:
 
     # -- truncation and recovery -------------------------------------------------------------------------
 
-    def truncate_to(self, offset: int, now_ms: int) -> int:
+    def truncate_to(self, offset: int, now: WallMs) -> int:
         """Remove the batch holding `offset` and all after it; return the bytes removed."""
         located = self.translate_offset(offset)
         if located is None:
             return 0
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
-        return self._truncate_at(located.position, now_ms)
+        return self._truncate_at(located.position, now)
 
-    def _truncate_at(self, position: int, now_ms: int) -> int:
+    def _truncate_at(self, position: int, now: WallMs) -> int:
         removed = self.size - position
-        os.ftruncate(self._fd, position)
+        self._disk.ftruncate(self._fd, position)
         self.size = position
         self.max_timestamp_so_far, self.offset_of_max_timestamp = self.time_index.last_entry()
         last = None
@@ -259,11 +275,11 @@ class LogSegment:
             last = located.header
         self.next_offset = self.base_offset if last is None else last.next_offset
         if position == 0:
-            self.created_ms = now_ms
+            self.created_ms = now
             self.rolling_based_timestamp = None
         return removed
 
-    def recover(self, from_offset: int, now_ms: int) -> SegmentRecovery:
+    def recover(self, from_offset: int, now: WallMs) -> SegmentRecovery:
         """Validate batches from `from_offset` (a flushed batch boundary) to the end: check CRC, structure and
         offset order, rebuild the indexes, and cut the file at the first invalid byte."""
         position = self._trusted_prefix(from_offset)
@@ -290,9 +306,9 @@ class LogSegment:
             position += at
         truncated = file_size - position
         if truncated:
-            os.ftruncate(self._fd, position)
+            self._disk.ftruncate(self._fd, position)
             if position == 0:
-                self.created_ms = now_ms
+                self.created_ms = now
         self.size = position
         self.next_offset = previous_next
         first = self.first_batch()
@@ -371,28 +387,39 @@ class LogSegment:
         self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True)
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        self._disk.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
 
     def close(self) -> None:
-        if self.size > 0:
-            self.on_become_inactive()
-        self.offset_index.close()
-        self.time_index.close()
-        os.close(self._fd)
+        """Write the pending index entries and close the files; every descriptor is closed even when a write
+        fails (the first failure is raised)."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.size > 0:
+                self.on_become_inactive()
+            self.offset_index.close()
+        finally:
+            try:
+                self.time_index.close()
+            finally:
+                os.close(self._fd)
 
     def abandon(self) -> None:
         """Close the files and nothing else, as a killed process would."""
+        if self.closed:
+            return
+        self.closed = True
         self.offset_index.abandon()
         self.time_index.abandon()
         os.close(self._fd)
 
     def delete(self) -> None:
-        """Close and remove the segment's files (renamed to `.deleted` first, so a crash midway is tidied on load)."""
-        self.offset_index.close()
-        self.time_index.close()
-        os.close(self._fd)
+        """Close and remove the segment's files (renamed to `.deleted` first, so a crash midway is tidied on load).
+        Pending index entries are dropped, not written: the files are going."""
+        self.abandon()
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             doomed = path.with_name(path.name + DELETED_SUFFIX)
             try:

@@ -40,14 +40,19 @@ from hightide.core.effects import (
     CheckpointHighWatermarks,
     Effect,
     Emit,
-    EnforceRetention,
     Send,
     SendFetch,
     StorageEffect,
 )
 from hightide.core.metadata_image import MetadataImage, TopicPartition
 from hightide.core.partition import PartitionConfig
-from hightide.core.replica_manager import ReplicaManager, ReplicaManagerConfig
+from hightide.core.replica_manager import (
+    ReplicaManager,
+    ReplicaManagerConfig,
+    StorageOutcome,
+    StorageRefusal,
+    carry_out,
+)
 from hightide.protocol import events, wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.metadata import MetadataBatch
@@ -65,7 +70,6 @@ from hightide.runtime.events import EventSink
 from hightide.runtime.metadata_log import MetadataLog
 from hightide.runtime.rpc import Inbox, RequestFailed, reply, request
 from hightide.storage.config import LogConfig
-from hightide.storage.errors import StorageError
 
 TICK_INTERVAL_S: Final = 0.05
 RESPONSE_OVERHEAD_BYTES: Final = 64 * 1024
@@ -401,35 +405,24 @@ class BrokerService:
     # -- effects -------------------------------------------------------------------------------------------------
 
     def _carry_out(self, effects: list[Effect], at: Now) -> None:
-        """Each effect in order. Answers are queued for `_deliver`, which sends them after the events are in the
-        outbox; a storage refusal goes back to the manager with the effects not yet carried out."""
-        queue = list(effects)
-        while queue:
-            effect = queue.pop(0)
-            if isinstance(effect, StorageEffect):
-                try:
-                    reported, moved = self.storage.apply(effect, at.wall_ms)
-                except StorageError as error:
-                    self.log.warning("storage_refused", effect=type(effect).__name__, error=str(error)[:512])
-                    queue = self.manager.on_storage_error(effect, error.error_code, str(error), queue, at)
-                    continue
-                for event in reported:
-                    self.events.emit(event)
-                self._count(effect)
-                if isinstance(effect, EnforceRetention) and moved is not None:
-                    tp = TopicPartition(effect.topic, effect.partition)
-                    queue = self.manager.on_log_start_advanced(tp, moved, "retention", at) + queue
-                continue
-            if isinstance(effect, CheckpointHighWatermarks):
-                try:
-                    self.storage.checkpoint()
-                except StorageError as error:
-                    queue = self.manager.on_storage_error(effect, error.error_code, str(error), queue, at)
-                self._update_gauges()
-                continue
-            self._carry_out_outside(effect)
+        """Each effect in order (`carry_out`: a storage refusal goes back to the manager with the effects not yet
+        carried out). Answers are queued for `_deliver`, which sends them after the events are in the outbox."""
+        carry_out(self.manager, effects, at, storage=lambda effect: self._store(effect, at), deliver=self._deliver_one)
 
-    def _carry_out_outside(self, effect: Effect) -> None:
+    def _store(self, effect: StorageEffect | CheckpointHighWatermarks, at: Now) -> StorageOutcome:
+        try:
+            outcome = self.storage.apply(effect, at.wall_ms)
+        except StorageRefusal as refusal:
+            self.log.warning("storage_refused", effect=type(effect).__name__, error=str(refusal)[:512])
+            raise
+        if self.metrics is not None and isinstance(effect, AppendAsLeader):
+            self.metrics.bytes_in.inc(len(effect.records))
+            self.metrics.messages_in.inc(sum(h.record_count for h in effect.headers))
+        if isinstance(effect, CheckpointHighWatermarks):
+            self._update_gauges()
+        return outcome
+
+    def _deliver_one(self, effect: Effect) -> None:
         match effect:
             case Emit(event=event):
                 self.events.emit(event)
@@ -492,11 +485,6 @@ class BrokerService:
         await self.inbox.put("alter_partition_response", _AlterPartitionDone(message, answer))
 
     # -- metrics -------------------------------------------------------------------------------------------------
-
-    def _count(self, effect: StorageEffect) -> None:
-        if self.metrics is not None and isinstance(effect, AppendAsLeader):
-            self.metrics.bytes_in.inc(len(effect.records))
-            self.metrics.messages_in.inc(sum(h.record_count for h in effect.headers))
 
     def _count_isr_change(self, event: events.Event) -> None:
         """Kafka's IsrShrinksPerSec and IsrExpandsPerSec: a leader's proposed change, once committed."""

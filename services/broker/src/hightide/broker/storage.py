@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Final
 
 from hightide.core.clock import WallMs
 from hightide.core.effects import (
     AdvanceLogStartOffset,
     AppendAsFollower,
     AppendAsLeader,
+    CheckpointHighWatermarks,
     CreateLog,
     DeleteLog,
     EnforceRetention,
@@ -31,7 +31,7 @@ from hightide.core.effects import (
     WriteEpochCheckpoint,
 )
 from hightide.core.metadata_image import TopicPartition
-from hightide.core.replica_manager import LogReadError, LogState
+from hightide.core.replica_manager import LogReadError, LogState, StorageOutcome, StorageRefusal
 from hightide.protocol import events
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.events import Event
@@ -44,13 +44,6 @@ from hightide.storage.errors import StorageError
 from hightide.storage.log import DeletedSegment, PartitionLog
 from hightide.storage.manager import LogManager
 from hightide.storage.segment import LogSegment
-
-# The storage engine's reasons for deleting a segment, as the catalogue spells them.
-_DELETION_REASONS: Final = {
-    "retention.ms": "retention_ms",
-    "retention.bytes": "retention_bytes",
-    "log start offset": "log_start_offset",
-}
 
 
 class DiskStorage:
@@ -109,16 +102,24 @@ class DiskStorage:
 
     # -- the storage effects -------------------------------------------------------------------------------------
 
-    def apply(self, effect: StorageEffect, now_ms: WallMs) -> tuple[list[Event], int | None]:
-        """Carry out one storage effect (StorageError if the engine refuses it): the events of what the engine did
-        on its own, and for EnforceRetention the log start offset afterwards (None if it did not move)."""
+    def apply(self, effect: StorageEffect | CheckpointHighWatermarks, now: WallMs) -> StorageOutcome:
+        """Carry out one storage effect (StorageRefusal if the engine refuses it): the events of what the engine did
+        on its own, and for EnforceRetention the log start offset afterwards if it moved."""
+        try:
+            if isinstance(effect, CheckpointHighWatermarks):
+                self.checkpoint()
+                return StorageOutcome()
+            return self._apply(effect, now)
+        except StorageError as error:
+            raise StorageRefusal(str(error), error.error_code) from None
+
+    def _apply(self, effect: StorageEffect, now_ms: WallMs) -> StorageOutcome:
         tp = TopicPartition(effect.topic, effect.partition)
         match effect:
             case CreateLog(topic_id=topic_id, configs=configs):
                 key = checkpoint.TopicPartition(tp.topic, tp.partition)
-                log = self._manager().get_or_create_log(key, now_ms, self.log_config(configs), topic_id=topic_id)
-                if log.topic_id is None:
-                    log.set_topic_id(topic_id)
+                # A new log records its topic id first; one written before topic ids were stored is given it.
+                self._manager().get_or_create_log(key, now_ms, self.log_config(configs), topic_id=topic_id)
             case DeleteLog():
                 self._manager().delete_log(checkpoint.TopicPartition(tp.topic, tp.partition))
             case UpdateLogConfig(configs=configs):
@@ -126,25 +127,24 @@ class DiskStorage:
             case AppendAsLeader(records=records, base_offset=base, leader_epoch=epoch, headers=headers):
                 info = self._log(tp).append_as_leader(records, epoch, now_ms, validated=list(headers))
                 assert info.first_offset == base, (info, base)
-                return self._rolled(tp, info.rolled_to), None
+                return StorageOutcome(self._rolled(tp, info.rolled_to))
             case AppendAsFollower(records=records, headers=headers):
                 info = self._log(tp).append_as_follower(records, now_ms, validated=list(headers))
-                return self._rolled(tp, info.rolled_to), None
+                return StorageOutcome(self._rolled(tp, info.rolled_to))
             case Truncate(offset=offset):
                 log = self._log(tp)
                 before = log.segments
                 log.truncate_to(offset, now_ms)
-                return self._segment_changes(tp, log, before, "truncation"), None
+                return StorageOutcome(self._segment_changes(tp, log, before, "truncation"))
             case TruncateFullyAndStartAt(offset=offset):
                 log = self._log(tp)
                 before = log.segments
                 log.truncate_fully_and_start_at(offset, now_ms)
-                return self._segment_changes(tp, log, before, "truncation"), None
+                return StorageOutcome(self._segment_changes(tp, log, before, "truncation"))
             case AdvanceLogStartOffset(offset=offset):
-                log = self._log(tp)
-                before = log.segments
-                log.delete_records(offset, now_ms)
-                return self._segment_changes(tp, log, before, "log_start_offset"), None
+                update = self._log(tp).advance_log_start_offset(offset, now_ms)
+                self._manager().checkpoint_log_start_offsets()
+                return StorageOutcome(tuple(self._segment_deleted(tp, d) for d in update.deleted))
             case UpdateHighWatermark(high_watermark=high_watermark):
                 self._log(tp).update_high_watermark(high_watermark)
             case WriteEpochCheckpoint(entries=entries):
@@ -152,7 +152,7 @@ class DiskStorage:
                 epoch_file.write([checkpoint.EpochEntry(epoch, offset) for epoch, offset in entries])
             case EnforceRetention(now_ms=wall_now):
                 return self._retention(tp, wall_now)
-        return [], None
+        return StorageOutcome()
 
     def log_config(self, configs: Mapping[str, str]) -> LogConfig:
         """A topic's log config: the broker's defaults overridden by the topic's own (Kafka's names)."""
@@ -160,19 +160,19 @@ class DiskStorage:
             {k: v for k, v in configs.items() if k in LOG_CONFIG_NAMES}, base=self.defaults
         )
 
-    def _retention(self, tp: TopicPartition, now_ms: WallMs) -> tuple[list[Event], int | None]:
-        """Kafka's retention for one log (retention.ms, retention.bytes, below the log start offset; never at or
-        above the HW)."""
+    def _retention(self, tp: TopicPartition, now_ms: WallMs) -> StorageOutcome:
+        """Kafka's retention for one log (the rules of hightide.core.retention at this wall-clock time)."""
         log = self._log(tp)
         start, active = log.log_start_offset, log.active_segment
         deleted = log.delete_old_segments(now_ms)
         if not deleted:
-            return [], None
+            return StorageOutcome()
         reported: list[Event] = [self._segment_deleted(tp, d) for d in deleted]
         if log.active_segment is not active:
             reported.append(self._segment_rolled(tp, log.active_segment.base_offset, "retention"))
         self._manager().checkpoint_log_start_offsets()
-        return reported, (log.log_start_offset if log.log_start_offset > start else None)
+        moved = log.log_start_offset if log.log_start_offset > start else None
+        return StorageOutcome(tuple(reported), moved)
 
     def checkpoint(self) -> None:
         """Kafka's checkpoint thread: every log's HW, recovery point and log start offset."""
@@ -220,7 +220,7 @@ class DiskStorage:
 
     def _segment_changes(
         self, tp: TopicPartition, log: PartitionLog, before: Sequence[LogSegment], reason: str
-    ) -> list[Event]:
+    ) -> tuple[Event, ...]:
         """Segments a log operation removed or started, found by identity (a new segment may reuse a base)."""
         after = log.segments
         gone = [s for s in before if not any(s is t for t in after)]
@@ -228,10 +228,10 @@ class DiskStorage:
         reported: list[Event] = [
             self._segment_deleted(tp, DeletedSegment(s.base_offset, s.next_offset, s.size, reason)) for s in gone
         ]
-        return reported + [self._segment_rolled(tp, t.base_offset, reason) for t in new]
+        return tuple(reported + [self._segment_rolled(tp, t.base_offset, reason) for t in new])
 
-    def _rolled(self, tp: TopicPartition, rolled_to: int | None) -> list[Event]:
-        return [] if rolled_to is None else [self._segment_rolled(tp, rolled_to, "append")]
+    def _rolled(self, tp: TopicPartition, rolled_to: tuple[int, ...]) -> tuple[Event, ...]:
+        return tuple(self._segment_rolled(tp, base_offset, "append") for base_offset in rolled_to)
 
     def _segment_rolled(self, tp: TopicPartition, base_offset: int, reason: str) -> events.SegmentRolled:
         return events.SegmentRolled(
@@ -246,5 +246,5 @@ class DiskStorage:
             base_offset=deleted.base_offset,
             next_offset=deleted.next_offset,
             size_bytes=deleted.size_bytes,
-            reason=_DELETION_REASONS.get(deleted.reason, deleted.reason),
+            reason=deleted.reason,
         )

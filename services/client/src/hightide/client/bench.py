@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Final
 
 from hightide.client import bench_cluster, bench_nats
+from hightide.core.clock import WallMs
 from hightide.protocol.records import encode_batch, iter_batch_headers
 from hightide.storage.checkpoint import TopicPartition
 from hightide.storage.config import LogConfig
@@ -65,8 +66,8 @@ class Figure:
         return text
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+def _now_ms() -> WallMs:
+    return WallMs(time.time_ns() // 1_000_000)
 
 
 def _producer_batch() -> bytes:
@@ -92,7 +93,7 @@ def _append_seconds(directory: Path, data: bytes, count: int) -> tuple[float, Pa
     now_ms = _now_ms()
     start = time.perf_counter()
     for _ in range(count):
-        log.append_as_leader(data, leader_epoch=0, now_ms=now_ms)
+        log.append_as_leader(data, leader_epoch=0, now=now_ms)
     return time.perf_counter() - start, log
 
 
@@ -184,7 +185,7 @@ def bench_recovery(work: Path, total_mib: int) -> list[Figure]:
     _, log = _append_seconds(directory, data, count)
     log.flush()
     for _ in range(64):  # a last MiB written after the last flush: what a crash leaves unflushed
-        log.append_as_leader(data, leader_epoch=0, now_ms=_now_ms())
+        log.append_as_leader(data, leader_epoch=0, now=_now_ms())
     recovery_point, end = log.recovery_point, log.log_end_offset
     log.abandon()
 
