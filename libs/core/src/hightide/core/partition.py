@@ -88,7 +88,9 @@ from hightide.protocol.wire import (
 CONSUMER_REPLICA_ID: Final = -1
 NO_EPOCH: Final = -1
 NO_OFFSET: Final = -1
-NEVER_MS: Final = MonoMs(0)  # a monotonic time long past: never caught up, never fetched
+# A monotonic time long past: never caught up, never fetched. Not 0: a monotonic clock counts from boot, and on a
+# machine up for less than replica.lag.time.max.ms a follower "last caught up at 0" would count as caught up.
+NEVER_MS: Final = MonoMs(-(2**62))
 ACKS_ALL: Final = -1
 NO_LEADER: Final = -1
 # AlterPartition errors after which the leader waits for new metadata rather than retrying (Partition.scala).
@@ -264,14 +266,14 @@ class Partition:
         """Kafka's resetReplicaState on a new leader epoch."""
         for remote in self.remotes.values():
             in_isr = remote.broker_id in self.isr
-            remote.last_caught_up_time_ms = now_ms if in_isr else MonoMs(0)
+            remote.last_caught_up_time_ms = now_ms if in_isr else NEVER_MS
             if not was_leader:
                 remote.log_end_offset = remote.log_start_offset = NO_OFFSET
                 remote.last_fetch_leader_log_end_offset = NO_OFFSET
                 remote.last_fetch_time_ms = NEVER_MS
             else:
                 remote.last_fetch_leader_log_end_offset = self.log_end_offset
-                remote.last_fetch_time_ms = now_ms if in_isr else MonoMs(0)
+                remote.last_fetch_time_ms = now_ms if in_isr else NEVER_MS
 
     def make_follower(
         self, leader: int, leader_epoch: int, partition_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]

@@ -252,8 +252,8 @@ class ReplicaManager:
         self._hw_told: dict[tuple[int, TopicPartition], int] = {}
         self._sessions: dict[int, _FetchSession] = {}
         self._fetch_ids = 0
-        self._next_retention_ms = MonoMs(0)
-        self._next_checkpoint_ms = MonoMs(0)
+        self._next_retention_ms = NEVER_MS
+        self._next_checkpoint_ms = NEVER_MS
 
     # -- queries -------------------------------------------------------------------------------------------------
 
