@@ -372,7 +372,11 @@ def produce(args: argparse.Namespace) -> int:
 
 
 async def _produce(args: argparse.Namespace, config: ProducerConfig) -> int:
-    """Send every record, emitting SendInvoked and SendCompleted for each (client_events.py) in send order."""
+    """Send every record, emitting SendInvoked and SendCompleted for each (client_events.py) in send order.
+
+    Every retriable error is the producer's to retry until delivery.timeout.ms; a record `send` itself refuses
+    (no metadata for the topic within max.block.ms, a record too large) is reported as failed, and no later record
+    is sent: what was sent before it still gets its outcome."""
     conn = await _connect(args)
     events = open_client_events(conn.nc, args.data_dir, conn.cluster_id, "producer", _LOG)
     failures = 0
@@ -380,10 +384,15 @@ async def _produce(args: argparse.Namespace, config: ProducerConfig) -> int:
         async with Producer(conn, config) as producer:
             pending: list[tuple[str, str | None, RecordFuture]] = []
             pacer = _Pacer(args.rate) if args.rate else None
+            refused: tuple[str, str | None, ProduceFailed] | None = None
             for key, value in _records(args):
-                future = await producer.send(
-                    args.topic, value.encode(), key=None if key is None else key.encode(), partition=args.partition
-                )
+                try:
+                    future = await producer.send(
+                        args.topic, value.encode(), key=None if key is None else key.encode(), partition=args.partition
+                    )
+                except ProduceFailed as error:
+                    refused = (value, key, error)
+                    break
                 send_invoked(events.sink, future, key, value)
                 pending.append((value, key, future))
                 pending, done_failures = _complete_done(pending, events.sink, args.print_acks)
@@ -395,6 +404,8 @@ async def _produce(args: argparse.Namespace, config: ProducerConfig) -> int:
                 send_completed(events.sink, future, value)
                 events.sink.flush()
                 failures += _report(value, key, future, args.print_acks)
+            if refused is not None:
+                failures += _report_refused(*refused, args.print_acks)
     finally:
         await events.close()
         await conn.close()
@@ -463,6 +474,14 @@ def _report(value: str, key: str | None, future: RecordFuture, print_acks: bool)
     return 0 if error is None else 1
 
 
+def _report_refused(value: str, key: str | None, error: ProduceFailed, print_acks: bool) -> int:
+    if print_acks:
+        line = {"value": value, "key": key, "partition": None, "offset": None, "error": error.error_code.name}
+        print(json.dumps(line), flush=True)
+    print(f"hightide produce: {error}", file=sys.stderr)
+    return 1
+
+
 def consume(args: argparse.Namespace) -> int:
     props = _key_values(args.consumer_property)
     try:
@@ -479,7 +498,13 @@ async def _consume(args: argparse.Namespace, config: ConsumerConfig) -> int:
     consumer = Consumer(conn, config)
     events = open_client_events(conn.nc, args.data_dir, conn.cluster_id, "consumer", _LOG)
     try:
-        partitions = await conn.partitions_for(args.topic)
+        # Kafka's consumer waits for a topic's metadata (a broker that has just restarted may not know it yet).
+        wait_ms = (
+            config.default_api_timeout_ms
+            if args.timeout_ms is None
+            else min(args.timeout_ms, config.default_api_timeout_ms)
+        )
+        partitions = await conn.wait_for_partitions(args.topic, wait_ms / 1000, config.retry_backoff_ms / 1000)
         if args.partition is not None:
             start = args.offset if args.offset is not None else (-2 if args.from_beginning else -1)
             consumer.assign({(args.topic, args.partition): start})
