@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any, TextIO
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, TextIO, cast
 
 from hightide.client.admin import Admin
 from hightide.client.client_events import open_client_events, records_consumed, send_completed, send_invoked
@@ -385,7 +386,7 @@ async def _produce(args: argparse.Namespace, config: ProducerConfig) -> int:
             pending: list[tuple[str, str | None, RecordFuture]] = []
             pacer = _Pacer(args.rate) if args.rate else None
             refused: tuple[str, str | None, ProduceFailed] | None = None
-            for key, value in _records(args):
+            async for key, value in _records(args):
                 try:
                     future = await producer.send(
                         args.topic, value.encode(), key=None if key is None else key.encode(), partition=args.partition
@@ -412,15 +413,14 @@ async def _produce(args: argparse.Namespace, config: ProducerConfig) -> int:
     return EXIT_OK if failures == 0 else EXIT_FAILED
 
 
-def _records(args: argparse.Namespace) -> Any:
+async def _records(args: argparse.Namespace) -> AsyncIterator[tuple[str | None, str]]:
     if args.count is not None:
         width = max(args.value_size or 0, 0)
         for i in range(args.count):
             value = str(i)
             yield (args.key, value.rjust(width, "0") if width else value)
         return
-    for raw in sys.stdin:
-        line = raw.rstrip("\n")
+    async for line in _stdin_lines(cast(io.BufferedReader, sys.stdin.buffer)):
         if args.parse_key:
             key, sep, value = line.partition(args.key_separator)
             if not sep:
@@ -428,6 +428,25 @@ def _records(args: argparse.Namespace) -> Any:
             yield (key, value)
         else:
             yield (args.key, line)
+
+
+STDIN_CHUNK_BYTES = 65_536
+
+
+async def _stdin_lines(stream: io.BufferedReader) -> AsyncIterator[str]:
+    """The input's lines, read on a thread: while no line comes (a person typing, a slow pipe) the event loop
+    goes on taking acknowledgements, retrying and failing over, instead of blocking in a read."""
+    loop = asyncio.get_running_loop()
+    pending = b""
+    while True:
+        chunk = await loop.run_in_executor(None, stream.read1, STDIN_CHUNK_BYTES)
+        if not chunk:
+            break
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            yield line.removesuffix(b"\r").decode(errors="replace")
+    if pending:
+        yield pending.removesuffix(b"\r").decode(errors="replace")
 
 
 class _Pacer:

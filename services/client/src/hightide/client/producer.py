@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -182,6 +182,10 @@ class RecordFuture:
     def result(self) -> RecordMetadata:
         base_offset = self._batch.future.result()
         return RecordMetadata(self.topic, self.partition, base_offset + self._index if base_offset >= 0 else -1)
+
+    def add_done_callback(self, callback: Callable[[RecordFuture], object]) -> None:
+        """Call `callback(self)` once the outcome is known (Kafka's send callback)."""
+        self._batch.future.add_done_callback(lambda _future: callback(self))
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         yield from self._batch.future.__await__()
