@@ -281,12 +281,17 @@ class Producer:
                 f"the record is {size} bytes, more than max.request.size {self.config.max_request_size}",
                 ErrorCode.RECORD_TOO_LARGE,
             )
-        if partition is not None and partition < 0:
-            raise ProduceFailed(f"invalid partition {partition}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        blocked_until = time.monotonic() + self.config.max_block_ms / 1000
+        blocked_until = None  # max.block.ms runs from the first wait (the common send waits for nothing)
         if self._buffered + size > self.config.buffer_memory and self._buffered > 0:
+            blocked_until = time.monotonic() + self.config.max_block_ms / 1000
             await self._wait_for_space(size, blocked_until)
-        partitions = await self._wait_on_metadata(topic, partition, blocked_until)
+        partitions = self.conn.partitions.get(topic)
+        if not partitions or (partition is not None and not 0 <= partition < len(partitions)):
+            if partition is not None and partition < 0:
+                raise ProduceFailed(f"invalid partition {partition}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            if blocked_until is None:
+                blocked_until = time.monotonic() + self.config.max_block_ms / 1000
+            partitions = await self._wait_on_metadata(topic, partition, blocked_until)
         if partition is None:
             partition = self._choose_partition(topic, key, len(partitions))
         queue = self._queue(topic, partition)
@@ -412,8 +417,12 @@ class Producer:
         if not deadlines:
             await queue.wake.wait()
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(queue.wake.wait(), max(min(deadlines) - time.monotonic(), 0))
+        # A timer that wakes the sender (cheaper than wait_for's task, and this is once per batch).
+        timer = asyncio.get_running_loop().call_later(max(min(deadlines) - time.monotonic(), 0), queue.wake.set)
+        try:
+            await queue.wake.wait()
+        finally:
+            timer.cancel()
 
     def _expire(self, queue: _PartitionQueue) -> None:
         """Kafka's RecordAccumulator.expiredBatches: fail the waiting batches whose delivery.timeout.ms has passed.
