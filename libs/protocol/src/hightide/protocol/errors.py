@@ -121,6 +121,9 @@ _RETRIABLE = frozenset(
         ErrorCode.OFFSET_NOT_AVAILABLE,
         ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
         ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        ErrorCode.UNSTABLE_OFFSET_COMMIT,
+        ErrorCode.UNKNOWN_TOPIC_ID,  # InvalidMetadataException, as UNKNOWN_TOPIC_OR_PARTITION
+        ErrorCode.INCONSISTENT_TOPIC_ID,  # InvalidMetadataException: a topic re-created meanwhile
     }
 )
 

@@ -14,6 +14,8 @@ ratio, the baseline it is a ratio of, in the same run, on the same disk:
 |           | 16 KiB MB/s beside JetStream R3's                                 | >= 0.5x JetStream's      |
 |           | produce-to-consume p50/p99 at 10,000 records/s                   | p99 <= 10 ms             |
 |           | 100 B records/s with event emission off (benchmark-only switch)  | emission costs <= 15%    |
+| failover  | a real local cluster (bench_failover.py): kill -9 of the leader   | stall <= election + 1 s  |
+|           | under an acks=all producer; its longest stall beside the election|                          |
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
 
-from hightide.client import bench_cluster, bench_nats
+from hightide.client import bench_cluster, bench_failover, bench_nats
 from hightide.core.clock import WallMs
 from hightide.protocol.records import encode_batch, iter_batch_headers
 from hightide.storage.checkpoint import TopicPartition
@@ -42,7 +44,7 @@ BATCH_BYTES: Final = 16 * 1024
 RECORD_BYTES: Final = 100
 TP: Final = TopicPartition("bench", 0)
 DEFAULT_DURATION_S: Final = 3.0  # `--duration`'s default: the produce workload runs at full size with it
-WORKLOADS: Final = ("append", "read", "encode", "recovery", "produce")
+WORKLOADS: Final = ("append", "read", "encode", "recovery", "produce", "failover")
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +270,26 @@ def bench_produce(work: Path, duration_scale: float) -> list[Figure]:
     return figures
 
 
+def bench_failover_figures(work: Path) -> list[Figure]:
+    """One kill -9 of a leader under a producer, on a cluster with `make run`'s settings."""
+    run = asyncio.run(bench_failover.run_failover_bench(work))
+    goal = f"<= election + {bench_failover.GOAL_SLACK_S:.0f} s"
+    return [
+        Figure("failover", "election: kill -9 of the leader to a new leader", run.election_s, "s"),
+        Figure(
+            "failover",
+            "longest acks=all producer stall after the kill",
+            run.stall_s,
+            "s",
+            run.election_s,
+            goal,
+            run.goal_met,
+        ),
+        Figure("failover", "kill -9 to the first acknowledgement after it", run.kill_to_first_ack_s, "s"),
+        Figure("failover", "records the producer gave up on", len(run.failed), "records"),
+    ]
+
+
 def run(workloads: list[str], data_dir: Path, duration_s: float, size_mib: int, recovery_mib: int) -> list[Figure]:
     work = data_dir / f"bench-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
@@ -277,6 +299,7 @@ def run(workloads: list[str], data_dir: Path, duration_s: float, size_mib: int, 
         "encode": lambda: bench_encode(duration_s),
         "recovery": lambda: bench_recovery(work, recovery_mib),
         "produce": lambda: bench_produce(work, duration_s / DEFAULT_DURATION_S),
+        "failover": lambda: bench_failover_figures(work),
     }
     try:
         for name in workloads:

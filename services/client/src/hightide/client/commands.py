@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any, TextIO
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, TextIO, cast
 
 from hightide.client.admin import Admin
 from hightide.client.client_events import open_client_events, records_consumed, send_completed, send_invoked
@@ -372,7 +373,11 @@ def produce(args: argparse.Namespace) -> int:
 
 
 async def _produce(args: argparse.Namespace, config: ProducerConfig) -> int:
-    """Send every record, emitting SendInvoked and SendCompleted for each (client_events.py) in send order."""
+    """Send every record, emitting SendInvoked and SendCompleted for each (client_events.py) in send order.
+
+    Every retriable error is the producer's to retry until delivery.timeout.ms; a record `send` itself refuses
+    (no metadata for the topic within max.block.ms, a record too large) is reported as failed, and no later record
+    is sent: what was sent before it still gets its outcome."""
     conn = await _connect(args)
     events = open_client_events(conn.nc, args.data_dir, conn.cluster_id, "producer", _LOG)
     failures = 0
@@ -380,10 +385,15 @@ async def _produce(args: argparse.Namespace, config: ProducerConfig) -> int:
         async with Producer(conn, config) as producer:
             pending: list[tuple[str, str | None, RecordFuture]] = []
             pacer = _Pacer(args.rate) if args.rate else None
-            for key, value in _records(args):
-                future = await producer.send(
-                    args.topic, value.encode(), key=None if key is None else key.encode(), partition=args.partition
-                )
+            refused: tuple[str, str | None, ProduceFailed] | None = None
+            async for key, value in _records(args):
+                try:
+                    future = await producer.send(
+                        args.topic, value.encode(), key=None if key is None else key.encode(), partition=args.partition
+                    )
+                except ProduceFailed as error:
+                    refused = (value, key, error)
+                    break
                 send_invoked(events.sink, future, key, value)
                 pending.append((value, key, future))
                 pending, done_failures = _complete_done(pending, events.sink, args.print_acks)
@@ -395,21 +405,22 @@ async def _produce(args: argparse.Namespace, config: ProducerConfig) -> int:
                 send_completed(events.sink, future, value)
                 events.sink.flush()
                 failures += _report(value, key, future, args.print_acks)
+            if refused is not None:
+                failures += _report_refused(*refused, args.print_acks)
     finally:
         await events.close()
         await conn.close()
     return EXIT_OK if failures == 0 else EXIT_FAILED
 
 
-def _records(args: argparse.Namespace) -> Any:
+async def _records(args: argparse.Namespace) -> AsyncIterator[tuple[str | None, str]]:
     if args.count is not None:
         width = max(args.value_size or 0, 0)
         for i in range(args.count):
             value = str(i)
             yield (args.key, value.rjust(width, "0") if width else value)
         return
-    for raw in sys.stdin:
-        line = raw.rstrip("\n")
+    async for line in _stdin_lines(cast(io.BufferedReader, sys.stdin.buffer)):
         if args.parse_key:
             key, sep, value = line.partition(args.key_separator)
             if not sep:
@@ -417,6 +428,25 @@ def _records(args: argparse.Namespace) -> Any:
             yield (key, value)
         else:
             yield (args.key, line)
+
+
+STDIN_CHUNK_BYTES = 65_536
+
+
+async def _stdin_lines(stream: io.BufferedReader) -> AsyncIterator[str]:
+    """The input's lines, read on a thread: while no line comes (a person typing, a slow pipe) the event loop
+    goes on taking acknowledgements, retrying and failing over, instead of blocking in a read."""
+    loop = asyncio.get_running_loop()
+    pending = b""
+    while True:
+        chunk = await loop.run_in_executor(None, stream.read1, STDIN_CHUNK_BYTES)
+        if not chunk:
+            break
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            yield line.removesuffix(b"\r").decode(errors="replace")
+    if pending:
+        yield pending.removesuffix(b"\r").decode(errors="replace")
 
 
 class _Pacer:
@@ -463,6 +493,14 @@ def _report(value: str, key: str | None, future: RecordFuture, print_acks: bool)
     return 0 if error is None else 1
 
 
+def _report_refused(value: str, key: str | None, error: ProduceFailed, print_acks: bool) -> int:
+    if print_acks:
+        line = {"value": value, "key": key, "partition": None, "offset": None, "error": error.error_code.name}
+        print(json.dumps(line), flush=True)
+    print(f"hightide produce: {error}", file=sys.stderr)
+    return 1
+
+
 def consume(args: argparse.Namespace) -> int:
     props = _key_values(args.consumer_property)
     try:
@@ -479,7 +517,13 @@ async def _consume(args: argparse.Namespace, config: ConsumerConfig) -> int:
     consumer = Consumer(conn, config)
     events = open_client_events(conn.nc, args.data_dir, conn.cluster_id, "consumer", _LOG)
     try:
-        partitions = await conn.partitions_for(args.topic)
+        # Kafka's consumer waits for a topic's metadata (a broker that has just restarted may not know it yet).
+        wait_ms = (
+            config.default_api_timeout_ms
+            if args.timeout_ms is None
+            else min(args.timeout_ms, config.default_api_timeout_ms)
+        )
+        partitions = await conn.wait_for_partitions(args.topic, wait_ms / 1000, config.retry_backoff_ms / 1000)
         if args.partition is not None:
             start = args.offset if args.offset is not None else (-2 if args.from_beginning else -1)
             consumer.assign({(args.topic, args.partition): start})

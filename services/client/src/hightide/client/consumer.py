@@ -2,38 +2,41 @@
 
 Room: services/client. A fetch goes to the leader with `current_leader_epoch`, long-polls (`fetch.max.wait.ms`),
 and the leader answers only records below its high watermark, so a consumer never sees an uncommitted record.
-NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH and a silent broker refresh the metadata and retry;
-OFFSET_OUT_OF_RANGE resets the position by `auto.offset.reset` (earliest or latest) or fails (none).
+Every error Kafka's fetcher retries (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION,
+KAFKA_STORAGE_ERROR, a broker that is gone, ...) refreshes the metadata and retries after `retry.backoff.ms`;
+OFFSET_OUT_OF_RANGE resets the position by `auto.offset.reset` (earliest or latest) or fails (none); anything
+else (CORRUPT_MESSAGE, ...) fails the poll.
+
+A fetch that outlives `fetch.max.wait.ms` by `retry.backoff.ms` watches the metadata (connection.py,
+`broker_watched`): once its leader is fenced, restarted or no longer leads one of its partitions, the fetch ends
+at once and the consumer goes on with the new leader, instead of waiting out `request.timeout.ms` on a dead one.
+ListOffsets likewise, retried until `default.api.timeout.ms`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from hightide.client.connection import ClientError, ClusterConnection
+from hightide.client.connection import ClientError, ClusterConnection, Leadership
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import InvalidRecordBatch, decode_batch, iter_batch_headers
 from hightide.protocol.subjects import BrokerApi
 from hightide.runtime.rpc import RequestFailed
 
-_REFRESH: Final = frozenset(
-    {
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        ErrorCode.FENCED_LEADER_EPOCH,
-        ErrorCode.UNKNOWN_LEADER_EPOCH,
-        ErrorCode.LEADER_NOT_AVAILABLE,
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.BROKER_NOT_AVAILABLE,
-        ErrorCode.REQUEST_TIMED_OUT,
-        ErrorCode.NETWORK_EXCEPTION,
-    }
-)
+# Kafka's FetchCollector fails the poll on CORRUPT_MESSAGE (retriable for a producer, not for a reader); it
+# refreshes and retries the rest of the retriable errors, and an unknown server error.
+_FAILS_A_FETCH: Final = frozenset({ErrorCode.CORRUPT_MESSAGE})
+_RETRIED_TOO: Final = frozenset({ErrorCode.BROKER_NOT_AVAILABLE, ErrorCode.UNKNOWN_SERVER_ERROR})
+
+
+def refreshes_and_retries(error: ErrorCode) -> bool:
+    """Whether a fetch or ListOffsets error makes the consumer refresh its metadata and try again."""
+    return (error.retriable and error not in _FAILS_A_FETCH) or error in _RETRIED_TOO
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,7 @@ class ConsumerConfig:
     auto_offset_reset: str = "latest"
     request_timeout_ms: int = 30_000
     retry_backoff_ms: int = 100
+    default_api_timeout_ms: int = 60_000
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> ConsumerConfig:
@@ -109,33 +113,48 @@ class Consumer:
                 self.positions[tp] = await self.list_offset(tp, position)
 
     async def list_offset(self, tp: tuple[str, int], timestamp: int) -> int:
-        for _ in range(50):
-            info = self.conn.leader_of(*tp)
-            if info is None:
+        """The offset for `timestamp` (-2 earliest, -1 latest) from the partition's leader, retrying what Kafka
+        retries until default.api.timeout.ms (then the last error)."""
+        deadline = time.monotonic() + self.config.default_api_timeout_ms / 1000
+        error = ErrorCode.LEADER_NOT_AVAILABLE
+        while True:
+            leadership = self.conn.leadership(*tp)
+            if leadership is None:
                 await self._refresh(tp[0])
-                info = self.conn.leader_of(*tp)
-            if info is not None and info.leader >= 0:
-                query = wire.ListOffsetsPartition(topic=tp[0], partition=tp[1], timestamp=timestamp)
-                try:
-                    answer = await self.conn.broker(
-                        info.leader,
-                        BrokerApi.LIST_OFFSETS,
-                        wire.ListOffsetsRequest(partitions=(query,)),
-                        wire.ListOffsetsResponse,
-                        timeout_s=self.config.request_timeout_ms / 1000,
-                    )
-                    (result,) = answer.partitions
-                    if result.error == 0:
-                        return result.offset
-                except (RequestFailed, ValueError):
-                    pass
+                leadership = self.conn.leadership(*tp)
+            if leadership is not None:
+                offset, error = await self._list_offset_once(leadership, timestamp, deadline)
+                if error is ErrorCode.NONE:
+                    return offset
+                if not refreshes_and_retries(error):
+                    raise ConsumeFailed(f"ListOffsets of {tp[0]}-{tp[1]} failed", error)
+            if time.monotonic() + self.config.retry_backoff_ms / 1000 >= deadline:
+                raise ConsumeFailed(f"no offset for {tp[0]}-{tp[1]} within default.api.timeout.ms", error)
             await asyncio.sleep(self.config.retry_backoff_ms / 1000)  # retry backoff before fresh metadata
             await self._refresh(tp[0])
-        raise ConsumeFailed(f"no offset for {tp[0]}-{tp[1]}", ErrorCode.LEADER_NOT_AVAILABLE)
+
+    async def _list_offset_once(self, leadership: Leadership, timestamp: int, deadline: float) -> tuple[int, ErrorCode]:
+        query = wire.ListOffsetsPartition(topic=leadership.topic, partition=leadership.partition, timestamp=timestamp)
+        backoff_s = self.config.retry_backoff_ms / 1000
+        try:
+            answer = await self.conn.broker_watched(
+                (leadership,),
+                BrokerApi.LIST_OFFSETS,
+                wire.ListOffsetsRequest(partitions=(query,)),
+                wire.ListOffsetsResponse,
+                timeout_s=max(min(self.config.request_timeout_ms / 1000, deadline - time.monotonic()), 0.001),
+                watch_after_s=backoff_s,
+                watch_every_s=backoff_s,
+            )
+        except RequestFailed as failed:
+            return -1, failed.error_code
+        if answer.error:
+            return -1, answer.error_code
+        (result,) = answer.partitions
+        return result.offset, wire.error_code_of(result.error)
 
     async def _refresh(self, topic: str) -> None:
-        with contextlib.suppress(RequestFailed):
-            await self.conn.metadata((topic,))
+        await self.conn.refresh((topic,), max_age_s=self.config.retry_backoff_ms / 1000)
 
     async def poll(self) -> list[ConsumerRecord]:
         """The next records (up to max.poll.records), waiting at most fetch.max.wait.ms for some."""
@@ -208,13 +227,16 @@ class Consumer:
             max_bytes=self.config.fetch_max_bytes,
             partitions=partitions,
         )
+        backoff_s = self.config.retry_backoff_ms / 1000
         try:
-            answer = await self.conn.broker(
-                leader,
+            answer = await self.conn.broker_watched(
+                [self._sent_to(leader, t, p) for t, p in tps],
                 BrokerApi.FETCH,
                 body,
                 wire.FetchResponse,
                 timeout_s=(self.config.fetch_max_wait_ms + self.config.request_timeout_ms) / 1000,
+                watch_after_s=self.config.fetch_max_wait_ms / 1000 + backoff_s,  # overdue: the long poll is over
+                watch_every_s=backoff_s,
             )
         except RequestFailed:
             await self._backoff_and_refresh({t for t, _ in tps})
@@ -230,12 +252,18 @@ class Consumer:
                 self._take(tp, result.records)
             elif error is ErrorCode.OFFSET_OUT_OF_RANGE:
                 await self._reset(tp)
-            elif error in _REFRESH:
+            elif refreshes_and_retries(error):
                 stale.add(result.topic)
             else:
                 raise ConsumeFailed(f"fetch of {tp[0]}-{tp[1]} failed", error)
         if stale or answer.error:
             await self._backoff_and_refresh(stale or {t for t, _ in tps})
+
+    def _sent_to(self, leader: int, topic: str, partition: int) -> Leadership:
+        now = self.conn.leadership(topic, partition)
+        if now is not None and now.leader == leader:
+            return now
+        return Leadership(topic, partition, leader, -1, -1)  # the cache has moved on: the watch's first look ends it
 
     async def _backoff_and_refresh(self, topics: set[str]) -> None:
         await asyncio.sleep(self.config.retry_backoff_ms / 1000)  # Kafka's retry.backoff.ms before a retry

@@ -68,17 +68,48 @@ def free_port(preferred: int | None = None) -> int:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether `pid` is a running process. A process killed but not yet reaped by its parent (a zombie: after
+    `cluster up` exits, the services' parent is init, which reaps when it gets to it) holds no resources, no
+    subscriptions and no log-dir lock, and is not running: `start-broker` right after a kill -9 must work."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
+        return True  # another user's process: running, and not ours to inspect
+    if process_state(pid) in _NOT_RUNNING:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # our own child: reap it, so it leaves the process table
+        return False
     return True
+
+
+_NOT_RUNNING: Final = frozenset({"Z", "X", None})  # zombie, dead, gone while we looked
+
+
+def process_state(pid: int) -> str | None:
+    """The process's state letter as `ps` shows it (R, S, D, T, Z, ...), or None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None  # a Linux /proc without the process: it is gone
+        return _ps_state(pid)  # no /proc (macOS, BSD): ask ps
+    except OSError:
+        return _ps_state(pid)
+    # "pid (comm) S ...": the command may hold spaces and parentheses, so the state follows the last ")".
+    return stat[stat.rindex(")") + 2]
+
+
+def _ps_state(pid: int) -> str | None:
+    try:
+        found = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True, check=False)
+    except OSError:
+        return "R"  # cannot tell: kill(pid, 0) said it exists
+    text = found.stdout.strip()
+    return text[0] if text else None
 
 
 @dataclass

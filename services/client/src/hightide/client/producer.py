@@ -7,13 +7,24 @@ Room: services/client. Kafka's KafkaProducer, reduced to what Hightide serves to
   (5) batches in flight per partition. Sequence numbers keep them in order at the leader: after a retriable
   refusal no new batch goes until the window is back, then the refused ones go again one by one in sequence order
   (an out-of-order answer caused by an earlier refused batch is retried with it, as Kafka's Sender does);
-- `acks` 0, 1 or all; retriable errors (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, …) are
-  retried after `retry.backoff.ms` with fresh metadata, until `delivery.timeout.ms` since the record was sent;
+- `acks` 0, 1 or all; every error Kafka's clients retry (`ErrorCode.retriable`: NOT_LEADER_OR_FOLLOWER,
+  UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS, KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT, NETWORK_EXCEPTION, …) is
+  retried `retry.backoff.ms` after the batch's last attempt, with fresh metadata;
+- `delivery.timeout.ms` bounds every record, from the creation of its batch: an attempt waits at most what is left
+  of it, and a batch still queued, waiting to be retried or in flight when it runs out fails then (Kafka's
+  expiry), with the last attempt's error, or REQUEST_TIMED_OUT when it was never sent or its attempt timed out;
+- failover (Kafka's disconnect, over NATS where nothing closes): an attempt that waits longer than
+  `retry.backoff.ms` watches the metadata, and ends as NETWORK_EXCEPTION once it shows the leader it went to
+  fenced, restarted or no longer leader (connection.py, `broker_watched`); a leader with no subscription left
+  fails a request at once (NATS's no-responders). Either way the batch goes again, with the same producer id,
+  epoch and sequence, to the leader the metadata names, so the new leader keeps it exactly once;
 - idempotence (`enable.idempotence`, Kafka's default): a producer id from the controller and a sequence number per
   partition in every batch, so the leader drops a retried batch it already has (KIP-98). A batch keeps its
   sequence across retries; after a batch fails for good the producer takes a new producer id;
-- `send` returns a RecordFuture that shares its batch's one future (Kafka's FutureRecordMetadata), and waits while
-  `buffer.memory` bytes are unacknowledged, up to `max.block.ms`; a record over `max.request.size` is refused.
+- `send` returns a RecordFuture that shares its batch's one future (Kafka's FutureRecordMetadata). It waits, for
+  `max.block.ms` in all, while `buffer.memory` bytes are unacknowledged and until the metadata has the topic and
+  partition (Kafka's waitOnMetadata: a broker that has just restarted may call a live topic unknown); a record
+  over `max.request.size` is refused.
 """
 
 from __future__ import annotations
@@ -22,11 +33,11 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from hightide.client.connection import ClientError, ClusterConnection
+from hightide.client.connection import ClientError, ClusterConnection, PartitionInfo
 from hightide.core.partitioner import partition_for_key
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode
@@ -123,8 +134,12 @@ class _Batch:
         "deadline",
         "encoded",
         "future",
+        "generation",
         "keys",
+        "last_attempt_end",
+        "last_error",
         "maybe_written",
+        "producer_id",
         "sequence",
         "size",
         "timestamps",
@@ -141,7 +156,11 @@ class _Batch:
         self.future = future
         self.encoded = b""  # the batch as sent: encoded once, with its sequence, and sent again as is on a retry
         self.sequence = -1
+        self.producer_id = -1
+        self.generation = 0  # which producer id of this producer it was encoded with (0, 1, ...: in order)
         self.attempts = 0
+        self.last_attempt_end = 0.0  # monotonic seconds: retry.backoff.ms counts from here
+        self.last_error = ErrorCode.REQUEST_TIMED_OUT  # of the last attempt (the error a failure reports)
         self.maybe_written = False  # some attempt ended without a definite answer
 
 
@@ -163,6 +182,10 @@ class RecordFuture:
     def result(self) -> RecordMetadata:
         base_offset = self._batch.future.result()
         return RecordMetadata(self.topic, self.partition, base_offset + self._index if base_offset >= 0 else -1)
+
+    def add_done_callback(self, callback: Callable[[RecordFuture], object]) -> None:
+        """Call `callback(self)` once the outcome is known (Kafka's send callback)."""
+        self._batch.future.add_done_callback(lambda _future: callback(self))
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         yield from self._batch.future.__await__()
@@ -189,6 +212,8 @@ class Producer:
         self.config = config or ProducerConfig()
         self.producer_id = -1
         self.producer_epoch = -1
+        self._generation = 0  # bumped with each new producer id
+        self._abandoned: set[int] = set()  # producer ids being replaced after a batch of theirs failed
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
         self._sticky: dict[str, int] = {}
         self._group: asyncio.TaskGroup | None = None
@@ -227,6 +252,7 @@ class Producer:
                 continue
             if answer.error_code is ErrorCode.NONE:
                 self.producer_id, self.producer_epoch = answer.producer_id, answer.producer_epoch
+                self._generation += 1
                 for queue in self._queues.values():
                     queue.sequence = 0
                 return
@@ -246,7 +272,8 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> RecordFuture:
         """Queue one record; the returned RecordFuture resolves when it is acknowledged (or fails with
-        ProduceFailed). Waits while `buffer.memory` bytes are unacknowledged, at most `max.block.ms`."""
+        ProduceFailed). Waits, at most `max.block.ms` in all, while `buffer.memory` bytes are unacknowledged and
+        until the metadata has the topic and partition; then raises ProduceFailed."""
         assert self._group is not None, "use the producer inside `async with`"
         size = len(value) + (len(key) if key else 0) + RECORD_OVERHEAD_BYTES
         if size > self.config.max_request_size:
@@ -254,13 +281,19 @@ class Producer:
                 f"the record is {size} bytes, more than max.request.size {self.config.max_request_size}",
                 ErrorCode.RECORD_TOO_LARGE,
             )
+        blocked_until = None  # max.block.ms runs from the first wait (the common send waits for nothing)
         if self._buffered + size > self.config.buffer_memory and self._buffered > 0:
-            await self._wait_for_space(size)
-        partitions = await self.conn.partitions_for(topic)
+            blocked_until = time.monotonic() + self.config.max_block_ms / 1000
+            await self._wait_for_space(size, blocked_until)
+        partitions = self.conn.partitions.get(topic)
+        if not partitions or (partition is not None and not 0 <= partition < len(partitions)):
+            if partition is not None and partition < 0:
+                raise ProduceFailed(f"invalid partition {partition}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            if blocked_until is None:
+                blocked_until = time.monotonic() + self.config.max_block_ms / 1000
+            partitions = await self._wait_on_metadata(topic, partition, blocked_until)
         if partition is None:
             partition = self._choose_partition(topic, key, len(partitions))
-        elif not 0 <= partition < len(partitions):
-            raise ProduceFailed(f"{topic} has no partition {partition}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         queue = self._queue(topic, partition)
         batch = queue.batches[-1] if queue.batches else None
         if batch is None or (batch.size + size > self.config.batch_size and batch.values):
@@ -283,8 +316,15 @@ class Producer:
             self._sticky.pop(topic, None)
         return RecordFuture(batch, index, topic, partition)
 
-    async def _wait_for_space(self, size: int) -> None:
-        deadline = time.monotonic() + self.config.max_block_ms / 1000
+    async def _wait_on_metadata(self, topic: str, partition: int | None, deadline: float) -> list[PartitionInfo]:
+        try:
+            return await self.conn.wait_for_partitions(
+                topic, max(deadline - time.monotonic(), 0), self.config.retry_backoff_ms / 1000, partition
+            )
+        except ClientError as error:
+            raise ProduceFailed(str(error.args[0]), error.error_code) from None
+
+    async def _wait_for_space(self, size: int, deadline: float) -> None:
         while self._buffered + size > self.config.buffer_memory and self._buffered > 0:
             self._space.clear()
             remaining = deadline - time.monotonic()
@@ -334,9 +374,11 @@ class Producer:
         """One partition's sender (Kafka's Sender for one partition): linger from the oldest batch's creation
         until it is full, then send it, with up to max.in.flight.requests.per.connection batches in flight. A
         batch refused retriably stops new sends: once the window is back, the refused batches go again one at a
-        time in sequence order, so the leader's sequence check keeps the partition's records in send order."""
+        time in sequence order, so the leader's sequence check keeps the partition's records in send order. Every
+        wait ends by the next delivery deadline of a batch that waits, which then expires."""
         window = self.config.max_in_flight_requests_per_connection
         while True:
+            self._expire(queue)
             if queue.retry:
                 if queue.in_flight:
                     await self._wait(queue)
@@ -366,18 +408,50 @@ class Producer:
 
     @staticmethod
     async def _wait(queue: _PartitionQueue) -> None:
-        """Until something changes for the queue (checked by the caller with no await since, so no wake is lost)."""
+        """Until something changes for the queue (checked by the caller with no await since, so no wake is lost),
+        or the delivery deadline of a batch that waits (queued or to retry) comes."""
         queue.wake.clear()
-        await queue.wake.wait()
+        deadlines = [b.deadline for b in queue.retry]
+        if queue.batches:
+            deadlines.append(queue.batches[0].deadline)  # batches are queued in creation order
+        if not deadlines:
+            await queue.wake.wait()
+            return
+        # A timer that wakes the sender (cheaper than wait_for's task, and this is once per batch).
+        timer = asyncio.get_running_loop().call_later(max(min(deadlines) - time.monotonic(), 0), queue.wake.set)
+        try:
+            await queue.wake.wait()
+        finally:
+            timer.cancel()
+
+    def _expire(self, queue: _PartitionQueue) -> None:
+        """Kafka's RecordAccumulator.expiredBatches: fail the waiting batches whose delivery.timeout.ms has passed.
+        A queued batch was never sent (a definite failure, no sequence spent); one waiting for its retry fails
+        with its last attempt's error."""
+        now = time.monotonic()
+        while queue.batches and queue.batches[0].deadline <= now:
+            batch = queue.batches.popleft()
+            self._fail(queue, batch, ErrorCode.REQUEST_TIMED_OUT, self._expiry_message(queue, batch))
+        for batch in [b for b in queue.retry if b.deadline <= now]:
+            queue.retry.remove(batch)
+            self._fail(queue, batch, batch.last_error, self._expiry_message(queue, batch))
+
+    def _expiry_message(self, queue: _PartitionQueue, batch: _Batch) -> str:
+        return (
+            f"Expiring {len(batch.values)} record(s) for {queue.topic}-{queue.partition}: "
+            f"{self.config.delivery_timeout_ms} ms has passed since batch creation"
+        )
 
     def _encode(self, queue: _PartitionQueue, batch: _Batch) -> None:
         idempotent = self.config.enable_idempotence
         batch.sequence = queue.sequence if idempotent else -1
+        batch.producer_id = self.producer_id if idempotent else -1
+        batch.generation = self._generation
         batch.encoded = encode_batch(
             batch.values,
             keys=batch.keys,
             timestamps=batch.timestamps,
-            producer_id=self.producer_id if idempotent else -1,
+            producer_id=batch.producer_id,
             producer_epoch=self.producer_epoch if idempotent else -1,
             base_sequence=batch.sequence,
         )
@@ -386,9 +460,10 @@ class Producer:
 
     async def _send_once(self, queue: _PartitionQueue, batch: _Batch) -> None:
         try:
-            error, base_offset = await self._attempt(queue, batch.encoded)
+            error, base_offset, reached = await self._attempt(queue, batch)
         finally:
             queue.in_flight -= 1
+            batch.last_attempt_end = time.monotonic()
             queue.wake.set()
         if error is ErrorCode.NONE:
             self._resolve(queue, batch)
@@ -396,72 +471,103 @@ class Producer:
                 batch.future.set_result(base_offset)
             return
         batch.attempts += 1
-        if error in INDEFINITE_ERRORS:
+        batch.last_error = error
+        if reached and error in INDEFINITE_ERRORS:
             batch.maybe_written = True
         if self._retriable(queue, batch, error):
             queue.retry.append(batch)
-            queue.retry.sort(key=lambda b: b.sequence)
+            queue.retry.sort(key=lambda b: (b.generation, b.sequence))
             return
+        self._fail(queue, batch, error, f"{queue.topic}-{queue.partition}")
+
+    def _fail(self, queue: _PartitionQueue, batch: _Batch, error: ErrorCode, message: str) -> None:
+        """The batch's records fail for good. If it was sent with a sequence, the leader may hold it or not, so
+        that producer id's sequence space is abandoned: the producer takes a new id (once per id)."""
+        sent = batch.sequence >= 0
         self._resolve(queue, batch)
         if not batch.future.done():
-            failure = ProduceFailed(f"{queue.topic}-{queue.partition}", error)
+            failure = ProduceFailed(message, error)
             failure.indefinite = batch.maybe_written
             batch.future.set_exception(failure)
-        if self.config.enable_idempotence:
-            await self._init_producer_id()  # the outcome may be unknown: start a fresh sequence space
+        if sent and batch.producer_id == self.producer_id and batch.producer_id not in self._abandoned:
+            self._abandoned.add(batch.producer_id)
+            assert self._group is not None
+            self._group.create_task(self._init_producer_id())
 
     def _retriable(self, queue: _PartitionQueue, batch: _Batch, error: ErrorCode) -> bool:
         """Kafka's canRetry: attempts and delivery.timeout.ms left, and a retriable error, or an out-of-order
-        sequence caused by an earlier batch of the partition that is itself still unresolved."""
+        sequence caused by an earlier batch of the partition (same producer id) that is itself still unresolved."""
         if batch.attempts > self.config.retries:
             return False
         if time.monotonic() + self.config.retry_backoff_ms / 1000 > batch.deadline:
             return False
         if error.retriable:
             return True
-        earlier = any(b.sequence < batch.sequence for b in queue.unresolved if b is not batch)
+        earlier = any(
+            b.sequence < batch.sequence and b.generation == batch.generation for b in queue.unresolved if b is not batch
+        )
         return error is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and earlier
 
     async def _retry_first(self, queue: _PartitionQueue) -> None:
-        batch = queue.retry.pop(0)
-        await asyncio.sleep(self.config.retry_backoff_ms / 1000)  # Kafka's retry.backoff.ms between attempts
-        with contextlib.suppress(RequestFailed):
-            await self.conn.metadata((queue.topic,))
+        """Send the first batch to retry, `retry.backoff.ms` after its last attempt (Kafka counts the backoff per
+        batch, so a refused window does not wait once per batch), to the leader fresh metadata names."""
+        batch = queue.retry[0]
+        backoff_s = self.config.retry_backoff_ms / 1000
+        wait_s = min(batch.last_attempt_end + backoff_s, batch.deadline) - time.monotonic()
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)  # Kafka's retry.backoff.ms between attempts
+        await self.conn.refresh((queue.topic,), max_age_s=backoff_s)
+        if time.monotonic() >= batch.deadline:
+            return  # the sender's next _expire fails it
+        queue.retry.remove(batch)  # nothing else changes the retry list while nothing is in flight
         queue.in_flight += 1
         await self._send_once(queue, batch)
 
     def _resolve(self, queue: _PartitionQueue, batch: _Batch) -> None:
-        queue.unresolved.remove(batch)
+        if batch in queue.unresolved:
+            queue.unresolved.remove(batch)
         self._release(batch)
         # Its RecordFutures need only the batch's future: drop the records, so a caller that keeps the futures
         # (as Kafka's FutureRecordMetadata, which holds only the result) does not keep the data twice over.
         batch.values, batch.keys, batch.timestamps, batch.encoded = [], [], [], b""
 
-    async def _attempt(self, queue: _PartitionQueue, records: bytes) -> tuple[ErrorCode, int]:
-        info = self.conn.leader_of(queue.topic, queue.partition)
-        if info is None or info.leader < 0:
-            return ErrorCode.LEADER_NOT_AVAILABLE, -1
+    async def _attempt(self, queue: _PartitionQueue, batch: _Batch) -> tuple[ErrorCode, int, bool]:
+        """One attempt: (error, base offset, whether the request may have reached a broker)."""
+        leadership = self.conn.leadership(queue.topic, queue.partition)
+        if leadership is None:
+            return ErrorCode.LEADER_NOT_AVAILABLE, -1, False
         body = wire.ProduceRequest(
             acks=self.config.acks,  # type: ignore[arg-type]
             timeout_ms=self.config.request_timeout_ms,
-            partitions=(wire.ProducePartitionData(topic=queue.topic, partition=queue.partition, records=records),),
+            partitions=(
+                wire.ProducePartitionData(topic=queue.topic, partition=queue.partition, records=batch.encoded),
+            ),
         )
         if self.config.acks == 0:
-            await self.conn.nc.publish(broker_api(self.conn.cluster_id, info.leader, BrokerApi.PRODUCE), encode(body))
-            return ErrorCode.NONE, -1
+            subject = broker_api(self.conn.cluster_id, leadership.leader, BrokerApi.PRODUCE)
+            await self.conn.nc.publish(subject, encode(body))
+            return ErrorCode.NONE, -1, True
+        # The leader answers by request.timeout.ms; the client waits a second longer for that answer, but never
+        # past the batch's delivery deadline.
+        timeout_s = min(self.config.request_timeout_ms / 1000 + 1, batch.deadline - time.monotonic())
+        backoff_s = self.config.retry_backoff_ms / 1000
         try:
-            answer = await self.conn.broker(
-                info.leader,
+            answer = await self.conn.broker_watched(
+                (leadership,),
                 BrokerApi.PRODUCE,
                 body,
                 wire.ProduceResponse,
-                timeout_s=self.config.request_timeout_ms / 1000 + 1,
+                timeout_s=max(timeout_s, 0.001),
+                watch_after_s=backoff_s,
+                watch_every_s=backoff_s,
             )
         except RequestFailed as error:
-            # Nobody listening on the leader's subject is Kafka's disconnect: a retriable NETWORK_EXCEPTION.
-            code = error.error_code
-            return (ErrorCode.NETWORK_EXCEPTION if code is ErrorCode.BROKER_NOT_AVAILABLE else code), -1
+            if error.error_code is ErrorCode.BROKER_NOT_AVAILABLE:
+                # Nobody listens on the leader's subject (NATS's no-responders): Kafka's refused connection, a
+                # retriable NETWORK_EXCEPTION, and a definite one: no broker got the batch.
+                return ErrorCode.NETWORK_EXCEPTION, -1, False
+            return error.error_code, -1, True
         if answer.error_code is not ErrorCode.NONE:
-            return answer.error_code, -1
+            return answer.error_code, -1, True
         (result,) = answer.partitions
-        return wire.error_code_of(result.error), result.base_offset
+        return wire.error_code_of(result.error), result.base_offset, True
