@@ -65,7 +65,14 @@ from hightide.core.partition_change import (
     validate_isr,
 )
 from hightide.core.placement import Choose, choose_first
-from hightide.core.topic_configs import MIN_INSYNC_REPLICAS, TOPIC_CONFIGS, UNCLEAN_LEADER_ELECTION_ENABLE
+from hightide.core.topic_configs import (
+    MIN_INSYNC_REPLICAS,
+    TOPIC_CONFIGS,
+    UNCLEAN_LEADER_ELECTION_ENABLE,
+    InvalidTopicConfig,
+    topic_config,
+    validate,
+)
 from hightide.core.topic_rules import (
     RECORDS_PER_REQUEST_MAX,
     TOPIC_NAME_LENGTH_MAX,
@@ -428,12 +435,12 @@ class ReplicationControl:
         both = sorted(set(set_configs) & set(delete_configs))
         if both:
             return self._reply(Reply(ErrorCode.INVALID_REQUEST, f"Duplicate config keys: {','.join(both)}"))
-        for key in [*set_configs, *delete_configs]:
-            if key not in TOPIC_CONFIGS:
-                return self._reply(Reply(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}"))
-        for key, value in set_configs.items():
-            if not TOPIC_CONFIGS[key](value):
-                return self._reply(Reply(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {key}"))
+        try:
+            for key in [*set_configs, *delete_configs]:
+                topic_config(key)
+            validate(set_configs)
+        except InvalidTopicConfig as error:
+            return self._reply(Reply(error.error_code, error.message))
         topic = self._image.topic(name)
         assert topic is not None
         current = topic.configs

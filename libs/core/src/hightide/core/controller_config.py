@@ -11,7 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from hightide.core.topic_configs import MIN_INSYNC_REPLICAS, parse_bool, parse_int
+from hightide.core.topic_configs import (
+    MIN_INSYNC_REPLICAS,
+    TOPIC_CONFIGS,
+    UNCLEAN_LEADER_ELECTION_ENABLE,
+    bool_default,
+    int_default,
+    parse_bool,
+    parse_int,
+)
 from hightide.protocol.errors import ErrorCode, HightideError
 
 
@@ -31,8 +39,9 @@ class ControllerConfig:
     """
 
     broker_session_timeout_ms: int = 9_000
-    min_insync_replicas: int = 1
-    unclean_leader_election_enable: bool = False
+    # The cluster-wide defaults of these two topic configs: Kafka's, from the table of topic configs.
+    min_insync_replicas: int = int_default(MIN_INSYNC_REPLICAS)
+    unclean_leader_election_enable: bool = bool_default(UNCLEAN_LEADER_ELECTION_ENABLE)
     eligible_leader_replicas_enable: bool = False
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_per_broker_percentage: int = 10
@@ -44,7 +53,7 @@ class ControllerConfig:
     def __post_init__(self) -> None:
         checks = {
             "broker.session.timeout.ms": self.broker_session_timeout_ms >= 1,
-            MIN_INSYNC_REPLICAS: self.min_insync_replicas >= 1,
+            MIN_INSYNC_REPLICAS: TOPIC_CONFIGS[MIN_INSYNC_REPLICAS].accepts(self.min_insync_replicas),
             "leader.imbalance.per.broker.percentage": 0 <= self.leader_imbalance_per_broker_percentage <= 100,
             "leader.imbalance.check.interval.seconds": self.leader_imbalance_check_interval_seconds >= 1,
             "default.replication.factor": self.default_replication_factor >= 1,

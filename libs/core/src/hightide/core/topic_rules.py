@@ -17,11 +17,10 @@ from hightide.core.controller_results import CreateTopicReply, Reply
 from hightide.core.metadata_image import MetadataImage, PartitionRegistration, TopicImage, TopicPartition
 from hightide.core.placement import Choose, InvalidReplicaAssignment, assign_replicas_to_brokers
 from hightide.core.topic_configs import (
-    MIN_INSYNC_REPLICAS,
-    TOPIC_CONFIGS,
-    UNCLEAN_LEADER_ELECTION_ENABLE,
-    parse_bool,
-    parse_int,
+    InvalidTopicConfig,
+    min_insync_replicas,
+    unclean_leader_election_enable,
+    validate,
 )
 from hightide.protocol.errors import ErrorCode
 
@@ -34,15 +33,13 @@ _LEGAL_TOPIC_NAME: Final = re.compile(r"[a-zA-Z0-9._-]+")
 
 def effective_min_isr(topic: TopicImage, config: ControllerConfig) -> int:
     """Kafka's getTopicEffectiveMinIsr: the topic's min.insync.replicas (or the default), at most its RF."""
-    configured = parse_int(topic.configs.get(MIN_INSYNC_REPLICAS, "")) or config.min_insync_replicas
+    configured = min_insync_replicas(topic.configs, config.min_insync_replicas)
     replication_factor = len(topic.partitions[0].replicas) if topic.partitions else configured
     return min(configured, replication_factor)
 
 
 def unclean_leader_election_enabled(topic: TopicImage, config: ControllerConfig) -> bool:
-    configured = topic.configs.get(UNCLEAN_LEADER_ELECTION_ENABLE)
-    parsed = None if configured is None else parse_bool(configured)
-    return config.unclean_leader_election_enable if parsed is None else parsed
+    return unclean_leader_election_enable(topic.configs, config.unclean_leader_election_enable)
 
 
 def topic_name_error(name: str) -> str | None:
@@ -109,12 +106,10 @@ def check_new_topic(
     if nulls:
         message = f"Null value not supported for topic configs: {','.join(nulls)}"
         return CreateTopicReply(ErrorCode.INVALID_CONFIG, message)
-    for key, value in configs.items():
-        validator = TOPIC_CONFIGS.get(key)
-        if validator is None:
-            return CreateTopicReply(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}")
-        if value is None or not validator(value):
-            return CreateTopicReply(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {key}")
+    try:
+        validate({key: value for key, value in configs.items() if value is not None})
+    except InvalidTopicConfig as invalid:
+        return CreateTopicReply(invalid.error_code, invalid.message)
     if not topic_id or topic_id in image.topics:
         return CreateTopicReply(ErrorCode.INVALID_REQUEST, f"Topic id '{topic_id}' is empty or in use.")
     return None
