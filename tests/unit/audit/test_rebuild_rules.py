@@ -321,3 +321,44 @@ def test_a_partition_epoch_going_back_is_reported_and_not_applied() -> None:
     state = rebuild(history)
     assert state.partitions[(T, 0)].partition_epoch == 2
     assert details(state) == ["PartitionChanged: partition epoch 1 after 2"]
+
+
+def marked_offline(replica: int, broker_epoch: int = 7) -> events.ReplicaMarkedOffline:
+    return events.ReplicaMarkedOffline(topic=T, partition=0, replica=replica, broker_epoch=broker_epoch)
+
+
+def registered(broker_id: int, broker_epoch: int) -> events.BrokerRegistered:
+    return events.BrokerRegistered(broker=broker_id, broker_epoch=broker_epoch, previous_broker_epoch=-1, fenced=True)
+
+
+def test_a_replica_marked_offline_stays_offline_until_its_broker_registers_again() -> None:
+    """Replicas 2 and 3 go offline; broker 3 registers again (after its log recovery): only 2 is still offline."""
+    history = emitted(
+        controller(),
+        1_000,
+        elected(100, 1),
+        created(),
+        changed(0, 1, (1, 2, 3)),
+        marked_offline(2),
+        changed(1, 1, (1, 3)),
+        marked_offline(3),
+        changed(2, 1, (1,)),
+        registered(3, 20),
+    )
+    state = rebuild(history)
+    assert state.offline_replicas == {(T, 0): (2,)}
+    assert state.partitions[(T, 0)].isr == (1,)
+    assert state.anomalies == ()
+
+
+def test_offline_replicas_end_with_their_topics_life() -> None:
+    history = emitted(
+        controller(),
+        1_000,
+        elected(100, 1),
+        created("id-1"),
+        marked_offline(2),
+        events.TopicDeleted(topic=T, topic_id="id-1"),
+        created("id-2"),
+    )
+    assert rebuild(history).offline_replicas == {}

@@ -37,7 +37,8 @@ The epoch rules are Kafka's LeaderEpochFileCache (`hightide.audit.epochs`).
 Partition rules, keyed by (topic, partition): TopicCreated begins a topic's life (its partitions are then those
 its PartitionChanged events say); PartitionChanged replaces the partition's state when its partition_epoch is
 above the one held; TopicDeleted ends the life and removes the partitions. A topic created again under the same
-name starts over (its partition epochs start at 0 again).
+name starts over (its partition epochs start at 0 again). Offline replicas: ReplicaMarkedOffline adds its replica
+to the partition's offline set; a BrokerRegistered of that broker, or the end of the topic's life, clears it.
 
 The rebuild is not blind: wherever an event states what it expects of the state before it (RecordsAppended's
 base offset, HighWatermarkAdvanced's previous HW, LogTruncated's LEO and HW before, the LEO and HW in
@@ -96,6 +97,8 @@ class ClusterState:
     replicas: Mapping[ReplicaKey, ReplicaState]
     partitions: Mapping[PartitionKey, PartitionState]
     anomalies: tuple[Anomaly, ...] = ()
+    offline_replicas: Mapping[PartitionKey, tuple[int, ...]] = field(default_factory=dict)
+    """Each partition's replicas marked offline (sorted), for partitions that have any."""
 
 
 EMPTY_REPLICA: Final = ReplicaState(0, 0, 0, ())
@@ -113,7 +116,9 @@ def rebuild(envelopes: Iterable[Envelope]) -> ClusterState:
     partitions = _PartitionFold(anomalies)
     for envelope in controller_order(streams):
         partitions.apply(envelope)
-    return ClusterState(dict(sorted(replicas.states.items())), partitions.result(), tuple(anomalies))
+    return ClusterState(
+        dict(sorted(replicas.states.items())), partitions.result(), tuple(anomalies), partitions.offline_result()
+    )
 
 
 # -- ordering --------------------------------------------------------------------------------------------------
@@ -328,7 +333,13 @@ class _ReplicaFold:
 
 # -- partitions ------------------------------------------------------------------------------------------------
 
-_METADATA_EVENTS: Final = (events.TopicCreated, events.TopicDeleted, events.PartitionChanged)
+_METADATA_EVENTS: Final = (
+    events.TopicCreated,
+    events.TopicDeleted,
+    events.PartitionChanged,
+    events.ReplicaMarkedOffline,
+    events.BrokerRegistered,
+)
 
 
 @dataclass(slots=True)
@@ -337,10 +348,16 @@ class _PartitionFold:
     topic_ids: dict[str, str] = field(default_factory=dict)  # live topics: name -> topic id
     deleted: set[str] = field(default_factory=set)  # names whose last life ended
     partitions: dict[PartitionKey, PartitionState] = field(default_factory=dict)
+    offline: dict[PartitionKey, set[int]] = field(default_factory=dict)
 
     def apply(self, envelope: Envelope) -> None:
         event = envelope.event
-        if isinstance(event, events.TopicCreated):
+        if isinstance(event, events.ReplicaMarkedOffline):
+            self.offline.setdefault((event.topic, event.partition), set()).add(event.replica)
+        elif isinstance(event, events.BrokerRegistered):
+            for replicas in self.offline.values():
+                replicas.discard(event.broker)
+        elif isinstance(event, events.TopicCreated):
             if event.topic in self.topic_ids:
                 self._note(envelope, f"topic {event.topic} created again while it exists")
             self._forget(event.topic)
@@ -381,9 +398,14 @@ class _PartitionFold:
     def _forget(self, topic: str) -> None:
         for key in [key for key in self.partitions if key[0] == topic]:
             del self.partitions[key]
+        for key in [key for key in self.offline if key[0] == topic]:
+            del self.offline[key]
 
     def result(self) -> dict[PartitionKey, PartitionState]:
         return dict(sorted(self.partitions.items()))
+
+    def offline_result(self) -> dict[PartitionKey, tuple[int, ...]]:
+        return {key: tuple(sorted(replicas)) for key, replicas in sorted(self.offline.items()) if replicas}
 
     def _note(self, envelope: Envelope, detail: str) -> None:
         self.anomalies.append(_anomaly(envelope, detail))

@@ -21,18 +21,23 @@ append failed has lost its lease: build a new one from the log.
 Broker lifecycle: the table of `broker_lifecycle`. Elections: `partition_change`. ISR members removed by a fencing,
 a controlled shutdown or an unclean restart are handled as Kafka's generateLeaderAndIsrUpdates does.
 
+Offline replicas (KIP-858 by partition): a heartbeat reports the broker's replicas whose storage refused; each
+newly reported one is recorded in the broker's registration, leaves its ISR and ELR and its leadership moves; it
+is neither elected nor let back into an ISR (INELIGIBLE_REPLICA) until the broker registers again.
+
 Events: every PartitionRecord and PartitionChangeRecord has its PartitionChanged (`reason`: created, isr_shrink,
 isr_expand, election, controlled_shutdown, broker_fenced, broker_unfenced, broker_restarted, unclean_shutdown,
-broker_unregistered), every leader change its LeaderElected (`election`: clean, elr, unclean, preferred,
-controlled_shutdown); brokers get BrokerRegistered, BrokerUnfenced, ControlledShutdownStarted and BrokerFenced
-(`reason`: session_timeout, controlled_shutdown, requested, unregistered); topics TopicCreated and TopicDeleted;
-every AlterPartition its AlterPartitionAnswered.
+broker_unregistered, replica_offline), every leader change its LeaderElected (`election`: clean, elr, unclean,
+preferred, controlled_shutdown); brokers get BrokerRegistered, BrokerUnfenced, ControlledShutdownStarted and
+BrokerFenced (`reason`: session_timeout, controlled_shutdown, requested, unregistered); a replica reported
+offline its ReplicaMarkedOffline; topics TopicCreated and TopicDeleted; every AlterPartition its
+AlterPartitionAnswered.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -143,8 +148,9 @@ R = TypeVar("R")
 
 def image_violations(image: MetadataImage, config: ControllerConfig) -> list[str]:
     """Everything wrong with an image (empty: nothing): each partition on its own, and against the brokers:
-    a leader is active, and an ISR holds only active brokers but for the last member of a leaderless ISR with
-    ELR disabled (KRaft keeps it there rather than empty the ISR)."""
+    a leader is an eligible replica (its broker active, its replica not offline), an ISR holds only eligible
+    replicas but for the last member of a leaderless ISR with ELR disabled (KRaft keeps it there rather than
+    empty the ISR), and an ELR holds no offline replica."""
     violations: list[str] = []
     for tp, partition in image.all_partitions():
         topic = image.topic(tp.topic)
@@ -153,10 +159,18 @@ def image_violations(image: MetadataImage, config: ControllerConfig) -> list[str
         found = partition_violations(partition, min_isr=min_isr, elr_enabled=config.eligible_leader_replicas_enable)
         if partition.has_leader and not image.is_active(partition.leader):
             found.append(f"leader {partition.leader} is not an active broker")
+        offline = set(image.offline_replicas(*tp))
+        if partition.leader in offline:
+            found.append(f"leader {partition.leader}'s replica is offline")
         inactive = [r for r in partition.isr if not image.is_active(r)]
         last_member_kept = not config.eligible_leader_replicas_enable and len(partition.isr) == 1
-        if inactive and not (last_member_kept and not partition.has_leader):
+        exempt = last_member_kept and not partition.has_leader
+        if inactive and not exempt:
             found.append(f"ISR {partition.isr} holds inactive brokers {inactive}")
+        if offline & set(partition.isr) and not exempt:
+            found.append(f"ISR {partition.isr} holds offline replicas {sorted(offline & set(partition.isr))}")
+        if offline & set(partition.elr):
+            found.append(f"ELR {partition.elr} holds offline replicas {sorted(offline & set(partition.elr))}")
         violations.extend(f"{tp.topic}-{tp.partition}: {v}" for v in found)
     for broker_id, registration in image.brokers.items():
         if registration.broker_epoch > image.last_broker_epoch:
@@ -275,13 +289,22 @@ class ReplicationControl:
         want_fence: bool = False,
         want_shutdown: bool = False,
         metadata_offset: int | None = None,
+        offline_replicas: Iterable[TopicPartition] = (),
     ) -> ControllerResult[BrokerHeartbeatReply]:
         """Kafka's processBrokerHeartbeat: STALE_BROKER_EPOCH unless `broker_epoch` is the broker's current one;
-        otherwise the transition of the table in the module docstring, and the session is renewed."""
+        otherwise the transition of the table in broker_lifecycle, and the session is renewed.
+
+        `offline_replicas` are the broker's replicas whose storage refused (Kafka's OfflineLogDirs, KIP-858, by
+        partition), sent in every heartbeat while they are offline: each one newly reported is recorded, leaves
+        the ISR and ELR, and loses its leadership (`_mark_offline`); one already recorded changes nothing. Unlike
+        Kafka, which handles the offline directories after the state transition, they are handled first, so the
+        unfencing of the same heartbeat never elects a replica it reports offline."""
         self._check_no_outstanding()
         registration = self._image.broker(broker_id)
         if registration is None or registration.broker_epoch != broker_epoch:
             return self._reply(BrokerHeartbeatReply(ErrorCode.STALE_BROKER_EPOCH))
+        work = _Decision(self._image)
+        self._mark_offline(work, broker_id, offline_replicas)
         session = self._sessions.session(broker_id, now_ms)
         current = current_broker_state(registration.fenced, registration.in_controlled_shutdown)
         caught_up = metadata_offset is None or metadata_offset >= registration.registration_offset
@@ -290,11 +313,10 @@ class ReplicationControl:
             want_fence=want_fence,
             want_shutdown=want_shutdown,
             caught_up=caught_up,
-            leads_partitions=bool(self._image.partitions_led_by(broker_id)),
+            leads_partitions=bool(work.image.partitions_led_by(broker_id)),
             others_caught_up=session.controlled_shutdown_offset <= self._sessions.lowest_active_offset(self._image),
             started_controlled_shutdown=registration.in_controlled_shutdown,
         )
-        work = _Decision(self._image)
         if next_state is not current:
             self._transition(work, broker_id, next_state, fence_reason="requested" if want_fence else "")
         session.last_contact_ms = now_ms
@@ -506,7 +528,9 @@ class ReplicationControl:
             before,
             topic_id=topic.topic_id,
             partition_id=request.partition,
-            is_acceptable_leader=self._image.is_active,
+            is_acceptable_leader=lambda replica: self._image.is_eligible_replica(
+                replica, request.topic, request.partition
+            ),
             min_isr=effective_min_isr(topic, self.config),
             elr_enabled=self.config.eligible_leader_replicas_enable,
             election=self._election_for(topic),
@@ -538,7 +562,8 @@ class ReplicationControl:
         UNKNOWN_TOPIC_OR_PARTITION, NOT_CONTROLLER (leader epoch, then partition epoch, ahead of ours),
         FENCED_LEADER_EPOCH, INVALID_REQUEST (sender not the leader), INVALID_UPDATE_VERSION (stale partition
         epoch), INVALID_REQUEST (ISR not a duplicate-free subset of the replicas; ISR without the leader),
-        INELIGIBLE_REPLICA (a member unregistered, shutting down, fenced, or of another broker epoch)."""
+        INELIGIBLE_REPLICA (a member unregistered, shutting down, fenced, of another broker epoch, or whose replica
+        its broker reported offline)."""
         sender = self._image.broker(request.broker_id)
         if sender is None or sender.broker_epoch != request.broker_epoch:
             return ErrorCode.STALE_BROKER_EPOCH
@@ -560,7 +585,7 @@ class ReplicationControl:
             return ErrorCode.INVALID_REQUEST
         for member, member_epoch in zip(request.new_isr, request.new_isr_broker_epochs, strict=True):
             registration = self._image.broker(member)
-            if registration is None or not registration.active:
+            if registration is None or not self._image.is_eligible_replica(member, request.topic, request.partition):
                 return ErrorCode.INELIGIBLE_REPLICA
             if member_epoch not in (-1, registration.broker_epoch):  # -1: the sender did not check it
                 return ErrorCode.INELIGIBLE_REPLICA
@@ -600,6 +625,39 @@ class ReplicationControl:
         return self._result(work, RebalanceReply(elected=tuple(elected), more=more))
 
     # -- broker transitions -------------------------------------------------------------------------------------
+
+    def _mark_offline(self, work: _Decision, broker_id: int, reported: Iterable[TopicPartition]) -> None:
+        """Kafka's handleDirectoriesOffline, by partition: record the broker's newly offline replicas (the whole
+        set, in one BrokerRegistrationChangeRecord), then take each out of its ISR and ELR, electing where it led
+        (generateLeaderAndIsrUpdates with that broker removed; it is excluded from the ELR as after an unclean
+        shutdown, since its log cannot be trusted). A reported partition that does not exist, or that has no
+        replica on the broker, is ignored: the broker's metadata may lag a deletion or a reassignment."""
+        registration = work.image.broker(broker_id)
+        assert registration is not None
+        newly: dict[tuple[str, int], TopicPartition] = {}
+        for topic_name, partition_id in reported:
+            topic = work.image.topic(topic_name)
+            partition = None if topic is None else topic.partition(partition_id)
+            if topic is None or partition is None or broker_id not in partition.replicas:
+                continue
+            ref = (topic.topic_id, partition_id)
+            if ref not in registration.offline_replicas:
+                newly[ref] = TopicPartition(topic_name, partition_id)
+        if not newly:
+            return
+        offline = tuple(sorted(registration.offline_replicas | set(newly)))
+        change = BrokerRegistrationChangeRecord(
+            broker_id=broker_id, broker_epoch=registration.broker_epoch, offline_replicas=offline
+        )
+        marked = [
+            events.ReplicaMarkedOffline(
+                topic=tp.topic, partition=tp.partition, replica=broker_id, broker_epoch=registration.broker_epoch
+            )
+            for _, tp in sorted(newly.items(), key=lambda item: item[1])
+        ]
+        work.add(change, *marked)
+        context = _Context(reason="replica_offline", broker_with_unclean_shutdown=broker_id)
+        self._update_partitions(work, sorted(newly.values()), context)
 
     def _transition(self, work: _Decision, broker_id: int, next_state: BrokerState, fence_reason: str) -> None:
         registration = work.image.broker(broker_id)
@@ -659,10 +717,6 @@ class ReplicationControl:
         """Kafka's generateLeaderAndIsrUpdates: for each partition, the ISR without the broker being removed (or
         restarted uncleanly), and an election where that broker led, counting the one being added as active."""
         removed = {b for b in (context.broker_to_remove, context.broker_with_unclean_shutdown) if b is not None}
-
-        def acceptable(replica: int) -> bool:
-            return replica not in removed and (replica == context.broker_to_add or work.image.is_active(replica))
-
         unclean = context.broker_with_unclean_shutdown
         for topic_name, partition_id in partitions:
             topic = work.image.topic(topic_name)
@@ -672,7 +726,7 @@ class ReplicationControl:
                 partition,
                 topic_id=topic.topic_id,
                 partition_id=partition_id,
-                is_acceptable_leader=acceptable,
+                is_acceptable_leader=_acceptor(work.image, TopicPartition(topic_name, partition_id), removed, context),
                 min_isr=effective_min_isr(topic, self.config),
                 elr_enabled=self.config.eligible_leader_replicas_enable,
                 election=self._election_for(topic),
@@ -702,7 +756,7 @@ class ReplicationControl:
             partition,
             topic_id=topic.topic_id,
             partition_id=partition_id,
-            is_acceptable_leader=work.image.is_active,
+            is_acceptable_leader=lambda replica: work.image.is_eligible_replica(replica, topic_name, partition_id),
             min_isr=effective_min_isr(topic, self.config),
             elr_enabled=self.config.eligible_leader_replicas_enable,
             election=Election.PREFERRED if preferred else Election.UNCLEAN,
@@ -779,6 +833,18 @@ class ReplicationControl:
 
     def _reply(self, response: R) -> ControllerResult[R]:
         return ControllerResult(records=(), events=(), response=response)
+
+
+def _acceptor(image: MetadataImage, tp: TopicPartition, removed: set[int], context: _Context) -> Callable[[int], bool]:
+    """Kafka's LeaderAcceptor for one partition of generateLeaderAndIsrUpdates: not a broker being removed, not a
+    replica reported offline, and active (or the broker being added)."""
+
+    def acceptable(replica: int) -> bool:
+        if replica in removed or image.replica_offline(replica, tp.topic, tp.partition):
+            return False
+        return replica == context.broker_to_add or image.is_active(replica)
+
+    return acceptable
 
 
 def _partition_changed(

@@ -398,7 +398,7 @@ class ProduceCompleted(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerRegistered(Event):
     """A broker registered (or re-registered) with a new broker epoch; `previous_broker_epoch` is the epoch its
-    clean-shutdown marker recorded (-1 after an unclean shutdown)."""
+    clean-shutdown marker recorded (-1 after an unclean shutdown). Its replicas marked offline are online again."""
 
     broker: Int32
     broker_epoch: Int64
@@ -431,6 +431,20 @@ class ControlledShutdownStarted(Event):
     """A broker asked to shut down; the controller moves its leaderships away before fencing it."""
 
     broker: Int32
+    broker_epoch: Int64
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaMarkedOffline(Event):
+    """The controller recorded that a broker's replica is offline: its storage refused an append or a truncation
+    (Kafka's offline log directory, KIP-858). It leaves the ISR and ELR (a PartitionChanged with reason
+    replica_offline follows, and a LeaderElected if it led) and may not lead or rejoin until its broker registers
+    again: a BrokerRegistered of that broker brings every replica of the broker back."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
     broker_epoch: Int64
 
 
@@ -470,7 +484,7 @@ class TopicDeleted(Event):
 class PartitionChanged(Event):
     """The controller committed a partition's new state (every change bumps `partition_epoch`). `reason`:
     created, isr_shrink, isr_expand, election, controlled_shutdown, broker_fenced, broker_unfenced,
-    broker_restarted, unclean_shutdown, broker_unregistered, reassignment."""
+    broker_restarted, unclean_shutdown, broker_unregistered, replica_offline, reassignment."""
 
     topic: str
     partition: Int32

@@ -30,7 +30,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from hightide.core.controller import ControllerConfig, ControllerResult, ReplicationControl
-from hightide.core.metadata_image import MetadataImage
+from hightide.core.metadata_image import MetadataImage, TopicPartition
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode, HightideError
 from hightide.protocol.events import ControllerElected, LeaderElected
@@ -284,6 +284,7 @@ class ControllerService:
             want_fence=request.want_fence,
             want_shutdown=request.want_shut_down,
             metadata_offset=request.current_metadata_offset,
+            offline_replicas=[TopicPartition(r.topic, r.partition) for r in request.offline_replicas],
         )
         answer = await self._commit(result)
         return wire.BrokerHeartbeatResponse(
