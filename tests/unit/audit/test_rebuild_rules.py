@@ -362,3 +362,87 @@ def test_offline_replicas_end_with_their_topics_life() -> None:
         created("id-2"),
     )
     assert rebuild(history).offline_replicas == {}
+
+
+# -- controller decisions written ahead: intents that never committed ------------------------------------------
+# A controller stores a decision's events (stamped with its epoch and the metadata offset it lands at) before it
+# appends the decision; the next controller's takeover offset tells the history which intents never committed.
+
+
+def takeover(controller_id: int, controller_epoch: int, offset: int) -> events.ControllerElected:
+    return events.ControllerElected(controller=controller_id, controller_epoch=controller_epoch, metadata_offset=offset)
+
+
+def at(event: events.Event, controller_epoch: int, offset: int) -> events.Event:
+    return events.stamped(event, controller_epoch, offset)
+
+
+def first_term(*then: Event) -> list[Envelope]:
+    """Controller 100, epoch 1, took over at offset 1 and created the topic at offset 2."""
+    return emitted(
+        controller(100), 1_000, takeover(100, 1, 1), at(created(), 1, 2), at(changed(0, 1, (1, 2, 3)), 1, 2), *then
+    )
+
+
+def test_an_intent_overtaken_by_the_next_takeover_is_left_out_and_the_next_controllers_decision_stands() -> None:
+    """Given epoch 1 killed after storing the events of a shrink to [1, 2] at offset 3 but before appending it,
+    and epoch 2 taking over at offset 3 and shrinking to [1, 3], when the history is rebuilt, then the partition is
+    epoch 2's, epoch 1's intent is listed as abandoned, and nothing is reported."""
+    history = first_term(at(changed(1, 1, (1, 2)), 1, 3))
+    history += emitted(controller(200), 5_000, takeover(200, 2, 3), at(changed(1, 1, (1, 3)), 2, 4))
+    state = rebuild(history)
+    assert state.partitions[(T, 0)] == PartitionState((1, 2, 3), (1, 3), (), (), 1, 0, 1)
+    assert [(a.event_type, a.controller_epoch, a.metadata_offset, a.takeover_offset) for a in state.abandoned] == [
+        ("PartitionChanged", 1, 3, 3)
+    ]
+    assert state.anomalies == ()
+
+
+def test_without_the_rule_the_abandoned_intent_would_win() -> None:
+    """The same history with its stamps removed (version 1 events): the fold keeps epoch 1's intent and reports
+    epoch 2's committed change as a contradiction. The stamps are what tell them apart."""
+    history = emitted(
+        controller(100), 1_000, elected(100, 1), created(), changed(0, 1, (1, 2, 3)), changed(1, 1, (1, 2))
+    )
+    history += emitted(controller(200), 5_000, elected(200, 2), changed(1, 1, (1, 3)))
+    state = rebuild(history)
+    assert state.partitions[(T, 0)].isr == (1, 2)
+    assert details(state) == ["PartitionChanged: partition epoch 1 after 1"]
+
+
+def test_a_decision_below_the_next_takeover_committed_and_is_kept() -> None:
+    history = first_term(at(changed(1, 1, (1, 2)), 1, 3))
+    history += emitted(controller(200), 5_000, takeover(200, 2, 4), at(changed(2, 2, (2,), leader_epoch=1), 2, 5))
+    state = rebuild(history)
+    assert state.partitions[(T, 0)] == PartitionState((1, 2, 3), (2,), (), (), 2, 1, 2)
+    assert (state.abandoned, state.anomalies) == ((), ())
+
+
+def test_the_last_controllers_last_intent_counts_as_committed_until_a_takeover_says_otherwise() -> None:
+    state = rebuild(first_term(at(changed(1, 1, (1, 2)), 1, 3)))
+    assert state.partitions[(T, 0)].isr == (1, 2)
+    assert state.abandoned == ()
+
+
+def test_a_failed_takeover_without_its_controller_elected_does_not_hide_a_decision() -> None:
+    """Epoch 2's takeover batch was fenced (epoch 1's late append landed first), so epoch 2 never announced
+    itself; epoch 3 took over after that batch. Epoch 1's decision at offset 3 committed."""
+    history = first_term(at(changed(1, 1, (1, 2)), 1, 3))
+    history += emitted(controller(200), 5_000, takeover(200, 3, 4))
+    assert rebuild(history).partitions[(T, 0)].isr == (1, 2)
+
+
+def test_a_deposed_controllers_event_changes_no_partition() -> None:
+    deposed = events.ControllerDeposed(controller=100, controller_epoch=1, reason="append_fenced", metadata_offset=2)
+    state = rebuild(first_term(deposed))
+    assert state.partitions[(T, 0)].isr == (1, 2, 3)
+    assert (state.abandoned, state.anomalies) == ((), ())
+
+
+def test_two_committed_decisions_of_different_epochs_at_one_offset_are_reported() -> None:
+    """A batch has one writer: epoch 2 claiming offset 2, below its own takeover, contradicts epoch 1's."""
+    history = first_term()
+    history += emitted(controller(200), 5_000, takeover(200, 2, 3), at(changed(1, 1, (1, 3)), 2, 2))
+    assert details(rebuild(history)) == [
+        "PartitionChanged: decisions of controller epochs 1 and 2 at metadata offset 2"
+    ]

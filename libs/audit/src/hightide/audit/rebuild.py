@@ -16,6 +16,20 @@ Order. Events are first put in the order their emitters gave them:
    be a process that started before the one it replaces; within a topic's life, PartitionChanged is then taken
    by `partition_epoch`, never by which controller said it.
 
+Controller decisions are written ahead (hightide.protocol.events' rules): a controller stores a decision's events,
+stamped with its controller epoch E and the metadata offset the decision lands at, before it appends the
+decision's records, so a controller killed or fenced in between leaves events for a decision that never
+committed. The takeover offset of a controller epoch is its ControllerElected's `metadata_offset`: its first batch,
+written before it decides anything, so no append of an earlier epoch can land at or after it. Hence the rule:
+
+    a decision event of epoch E at metadata offset s never committed  <=>  s >= the takeover offset of the first
+    controller epoch after E that has a ControllerElected
+
+and such an abandoned intent is left out of the fold (and listed in `ClusterState.abandoned`). With no later
+ControllerElected the decision counts as committed (its controller may still be appending it). Events without a
+stamp (version 1, -1) are always kept. Two kept decisions of different controller epochs at one metadata offset
+contradict the rule and are reported as an anomaly.
+
 Replica rules, keyed by (topic, partition, broker):
 
 | event                  | the replica after it                                                                 |
@@ -49,6 +63,7 @@ records an `Anomaly`. A history with a lost or reordered event shows up there, o
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -93,12 +108,27 @@ class Anomaly:
 
 
 @dataclass(frozen=True, slots=True)
+class AbandonedIntent:
+    """A controller decision whose events were stored but whose records never committed: its metadata offset is
+    at or past `takeover_offset`, where the next controller epoch's takeover batch landed."""
+
+    emitter: Emitter
+    sequence: int
+    event_type: str
+    controller_epoch: int
+    metadata_offset: int
+    takeover_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterState:
     replicas: Mapping[ReplicaKey, ReplicaState]
     partitions: Mapping[PartitionKey, PartitionState]
     anomalies: tuple[Anomaly, ...] = ()
     offline_replicas: Mapping[PartitionKey, tuple[int, ...]] = field(default_factory=dict)
     """Each partition's replicas marked offline (sorted), for partitions that have any."""
+    abandoned: tuple[AbandonedIntent, ...] = ()
+    """The controller decisions left out because they never committed (in history order)."""
 
 
 EMPTY_REPLICA: Final = ReplicaState(0, 0, 0, ())
@@ -116,8 +146,14 @@ def rebuild(envelopes: Iterable[Envelope]) -> ClusterState:
     partitions = _PartitionFold(anomalies)
     for envelope in controller_order(streams):
         partitions.apply(envelope)
+    abandoned = abandoned_intents(streams)
+    _check_one_decision_per_offset(streams, anomalies)
     return ClusterState(
-        dict(sorted(replicas.states.items())), partitions.result(), tuple(anomalies), partitions.offline_result()
+        dict(sorted(replicas.states.items())),
+        partitions.result(),
+        tuple(anomalies),
+        partitions.offline_result(),
+        tuple(abandoned),
     )
 
 
@@ -155,8 +191,10 @@ def emitter_streams(
 
 
 def controller_order(streams: Mapping[tuple[str, int], list[Envelope]]) -> list[Envelope]:
-    """Every emitter's metadata events (ControllerElected, TopicCreated, TopicDeleted, PartitionChanged), cut into
-    terms at ControllerElected and ordered by (controller epoch, first wall_ms, emitter)."""
+    """Every emitter's metadata events (TopicCreated, TopicDeleted, PartitionChanged, ReplicaMarkedOffline,
+    BrokerRegistered), cut into terms at ControllerElected and ordered by (controller epoch, first wall_ms,
+    emitter), without the abandoned intents (decisions that never committed, see the module docstring)."""
+    takeovers = Takeovers.of(streams)
     terms: list[tuple[tuple[int, int, str, int, str], list[Envelope]]] = []
     for (service, emitter_id), stream in streams.items():
         term: list[Envelope] = []
@@ -167,7 +205,7 @@ def controller_order(streams: Mapping[tuple[str, int], list[Envelope]]) -> list[
                 if term:
                     terms.append((_term_key(controller_epoch, term[0], service, emitter_id), term))
                 term, controller_epoch = [], event.controller_epoch
-            if isinstance(event, _METADATA_EVENTS):
+            if isinstance(event, _METADATA_EVENTS) and takeovers.overtaking(event) is None:
                 term.append(envelope)
         if term:
             terms.append((_term_key(controller_epoch, term[0], service, emitter_id), term))
@@ -177,6 +215,72 @@ def controller_order(streams: Mapping[tuple[str, int], list[Envelope]]) -> list[
 
 def _term_key(controller_epoch: int, first: Envelope, service: str, emitter_id: int) -> tuple[int, int, str, int, str]:
     return (controller_epoch, first.wall_ms, service, emitter_id, first.emitter.incarnation)
+
+
+@dataclass(frozen=True, slots=True)
+class Takeovers:
+    """Every controller epoch's takeover offset (its ControllerElected's metadata offset), and for each epoch the
+    least takeover offset of the epochs after it: where the next controller's log began."""
+
+    epochs: tuple[int, ...]  # ascending
+    next_takeover: tuple[int, ...]  # next_takeover[i]: the least takeover offset of epochs[i:]
+
+    @classmethod
+    def of(cls, streams: Mapping[tuple[str, int], list[Envelope]]) -> Takeovers:
+        offsets: dict[int, int] = {}
+        for stream in streams.values():
+            for envelope in stream:
+                event = envelope.event
+                if isinstance(event, events.ControllerElected) and event.metadata_offset >= 0:
+                    held = offsets.get(event.controller_epoch, event.metadata_offset)
+                    offsets[event.controller_epoch] = min(held, event.metadata_offset)
+        epochs = sorted(offsets)
+        least: list[int] = []
+        for epoch in reversed(epochs):
+            least.append(min(offsets[epoch], least[-1]) if least else offsets[epoch])
+        return cls(tuple(epochs), tuple(reversed(least)))
+
+    def after(self, controller_epoch: int) -> int | None:
+        """The takeover offset of the first controller epoch after `controller_epoch`, or None."""
+        index = bisect.bisect_right(self.epochs, controller_epoch)
+        return self.next_takeover[index] if index < len(self.epochs) else None
+
+    def overtaking(self, event: Event) -> int | None:
+        """For a decision that never committed, the takeover offset that overtook it; None for any other event."""
+        stamp = events.decision_stamp(event)
+        if stamp is None or stamp[0] < 0 or stamp[1] < 0:
+            return None
+        takeover = self.after(stamp[0])
+        return takeover if takeover is not None and stamp[1] >= takeover else None
+
+
+def abandoned_intents(streams: Mapping[tuple[str, int], list[Envelope]]) -> list[AbandonedIntent]:
+    """Every controller decision in the history that never committed (the rule in the module docstring)."""
+    takeovers = Takeovers.of(streams)
+    found = []
+    for stream in streams.values():
+        for envelope in stream:
+            takeover = takeovers.overtaking(envelope.event)
+            stamp = events.decision_stamp(envelope.event)
+            if takeover is not None and stamp is not None:
+                emitter, sequence, name = envelope.emitter, envelope.sequence, envelope.event.TYPE
+                found.append(AbandonedIntent(emitter, sequence, name, stamp[0], stamp[1], takeover))
+    return found
+
+
+def _check_one_decision_per_offset(streams: Mapping[tuple[str, int], list[Envelope]], anomalies: list[Anomaly]) -> None:
+    """Kept decisions at one metadata offset are of one controller epoch: a batch has one writer."""
+    takeovers = Takeovers.of(streams)
+    writers: dict[int, int] = {}
+    for stream in streams.values():
+        for envelope in stream:
+            stamp = events.decision_stamp(envelope.event)
+            if stamp is None or stamp[0] < 0 or stamp[1] < 0 or takeovers.overtaking(envelope.event) is not None:
+                continue
+            writer = writers.setdefault(stamp[1], stamp[0])
+            if writer != stamp[0]:
+                detail = f"decisions of controller epochs {writer} and {stamp[0]} at metadata offset {stamp[1]}"
+                anomalies.append(_anomaly(envelope, detail))
 
 
 # -- replicas --------------------------------------------------------------------------------------------------
@@ -416,12 +520,15 @@ def _anomaly(envelope: Envelope, detail: str) -> Anomaly:
 
 
 __all__ = [
+    "AbandonedIntent",
     "Anomaly",
     "ClusterState",
     "PartitionKey",
     "PartitionState",
     "ReplicaKey",
     "ReplicaState",
+    "Takeovers",
+    "abandoned_intents",
     "controller_order",
     "emitter_streams",
     "rebuild",

@@ -13,10 +13,13 @@ The controller's concerns live in their own modules, and this one re-exports the
 
 The shell's contract (as Kafka's QuorumController replays its records before deciding anything else):
 
-1. ask for one decision; 2. append `result.records` to the metadata log (all or none); 3. once they are
-committed, `apply` them (which moves the image on) and publish `result.events`; 4. only then ask for the next
-decision. A decision asked while records are outstanding is a bug and trips an assertion. A controller whose
-append failed has lost its lease: build a new one from the log.
+1. ask for one decision; 2. store its events, stamped with the controller epoch and the metadata offset the
+decision lands at (`result.events_at`), durably: they are the decision's write-ahead intent; 3. append
+`result.records` to the metadata log (all or none); 4. once they are committed, `apply` them (which moves the
+image on); 5. only then answer and ask for the next decision. A decision asked while records are outstanding is a
+bug and trips an assertion. A controller whose append failed has lost its lease: build a new one from the log.
+An intent whose append never committed is told apart by the history from the next controller's takeover offset
+(hightide.audit.rebuild), so no decision is without its events and no event stands for a decision not made.
 
 Broker lifecycle: the table of `broker_lifecycle`. Elections: `partition_change`. ISR members removed by a fencing,
 a controlled shutdown or an unclean restart are handled as Kafka's generateLeaderAndIsrUpdates does.

@@ -1,8 +1,9 @@
 """What the controller answers: a decision (`ControllerResult`) and the replies its requests get.
 
 Room: libs/core (vocabulary of the controller's core, pure values). A `ControllerResult` carries the metadata
-records that make a decision, the events that report it and the reply; the shell appends the records, applies
-them and only then answers (see `hightide.core.controller`).
+records that make a decision, the events that report it and the reply; the shell stores the events as the
+decision's intent (`events_at`), appends the records, applies them and only then answers (see
+`hightide.core.controller`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Generic, TypeVar
 from hightide.core.effects import Emit
 from hightide.core.metadata_image import TopicPartition
 from hightide.protocol.errors import ErrorCode
-from hightide.protocol.events import Event
+from hightide.protocol.events import Event, stamped
 from hightide.protocol.metadata import MetadataRecord
 
 R = TypeVar("R")
@@ -32,6 +33,19 @@ class ControllerResult(Generic[R]):
     def effects(self) -> tuple[Emit, ...]:
         """The events as effects, to publish once the records are committed."""
         return tuple(Emit(event) for event in self.events)
+
+    def metadata_offset(self, next_offset: int) -> int:
+        """Where this decision sits in the metadata log whose next batch lands at `next_offset`: there, if it has
+        records; otherwise at the last batch, the state it was decided on (so it is never taken for a decision a
+        later controller overtook)."""
+        assert next_offset >= 1, next_offset
+        return next_offset if self.records else next_offset - 1
+
+    def events_at(self, controller_epoch: int, next_offset: int) -> tuple[Event, ...]:
+        """The events stamped with the controller epoch that decided them and `metadata_offset(next_offset)`: the
+        write-ahead intent a shell stores before it appends the records (hightide.protocol.events' rules)."""
+        offset = self.metadata_offset(next_offset)
+        return tuple(stamped(event, controller_epoch, offset) for event in self.events)
 
 
 @dataclass(frozen=True, slots=True)
