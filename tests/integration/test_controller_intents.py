@@ -221,7 +221,7 @@ def test_a_controller_killed_between_its_intent_and_its_append_leaves_an_intent_
             history = first.envelopes() + second.envelopes()
             rebuilt = rebuild(history)
             assert {
-                (a.event_type, a.controller_epoch, a.metadata_offset, a.takeover_offset) for a in rebuilt.abandoned
+                (a.event_type, a.controller_epoch, a.metadata_offset, a.committed_below) for a in rebuilt.abandoned
             } == {
                 ("TopicCreated", 1, end + 1, end + 1),
                 ("PartitionChanged", 1, end + 1, end + 1),

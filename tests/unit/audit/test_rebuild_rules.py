@@ -392,7 +392,7 @@ def test_an_intent_overtaken_by_the_next_takeover_is_left_out_and_the_next_contr
     history += emitted(controller(200), 5_000, takeover(200, 2, 3), at(changed(1, 1, (1, 3)), 2, 4))
     state = rebuild(history)
     assert state.partitions[(T, 0)] == PartitionState((1, 2, 3), (1, 3), (), (), 1, 0, 1)
-    assert [(a.event_type, a.controller_epoch, a.metadata_offset, a.takeover_offset) for a in state.abandoned] == [
+    assert [(a.event_type, a.controller_epoch, a.metadata_offset, a.committed_below) for a in state.abandoned] == [
         ("PartitionChanged", 1, 3, 3)
     ]
     assert state.anomalies == ()
@@ -429,6 +429,27 @@ def test_a_failed_takeover_without_its_controller_elected_does_not_hide_a_decisi
     itself; epoch 3 took over after that batch. Epoch 1's decision at offset 3 committed."""
     history = first_term(at(changed(1, 1, (1, 2)), 1, 3))
     history += emitted(controller(200), 5_000, takeover(200, 3, 4))
+    assert rebuild(history).partitions[(T, 0)].isr == (1, 2)
+
+
+def test_an_intent_whose_append_was_fenced_is_left_out_even_when_the_takeover_that_fenced_it_is_missing() -> None:
+    """The double fault: epoch 2 took over at offset 3 (fencing epoch 1's append of offset 3) and was killed before
+    its ControllerElected; epoch 3 took over at 4. Epoch 1's own ControllerDeposed (append_fenced, after offset 2)
+    says its intent at 3 never landed."""
+    fenced = events.ControllerDeposed(controller=100, controller_epoch=1, reason="append_fenced", metadata_offset=2)
+    history = first_term(at(changed(1, 1, (1, 2)), 1, 3), fenced)
+    history += emitted(controller(200), 5_000, takeover(200, 3, 4), at(changed(1, 1, (1, 3)), 3, 5))
+    state = rebuild(history)
+    assert state.partitions[(T, 0)].isr == (1, 3)
+    assert [(a.metadata_offset, a.committed_below) for a in state.abandoned] == [(3, 3)]
+    assert state.anomalies == ()
+
+
+def test_an_append_that_failed_with_an_unknown_outcome_hides_nothing() -> None:
+    """append_failed (a timeout): the batch may have landed, so only a takeover decides."""
+    failed = events.ControllerDeposed(controller=100, controller_epoch=1, reason="append_failed", metadata_offset=2)
+    history = first_term(at(changed(1, 1, (1, 2)), 1, 3), failed)
+    history += emitted(controller(200), 5_000, takeover(200, 2, 4))
     assert rebuild(history).partitions[(T, 0)].isr == (1, 2)
 
 

@@ -23,12 +23,13 @@ committed. The takeover offset of a controller epoch is its ControllerElected's 
 written before it decides anything, so no append of an earlier epoch can land at or after it. Hence the rule:
 
     a decision event of epoch E at metadata offset s never committed  <=>  s >= the takeover offset of the first
-    controller epoch after E that has a ControllerElected
+    controller epoch after E that has a ControllerElected, or s > the metadata offset of E's ControllerDeposed
+    with reason append_fenced (the stream refused E's next append: nothing of E's landed after that offset)
 
-and such an abandoned intent is left out of the fold (and listed in `ClusterState.abandoned`). With no later
-ControllerElected the decision counts as committed (its controller may still be appending it). Events without a
-stamp (version 1, -1) are always kept. Two kept decisions of different controller epochs at one metadata offset
-contradict the rule and are reported as an anomaly.
+and such an abandoned intent is left out of the fold (and listed in `ClusterState.abandoned`). With neither, the
+decision counts as committed (its controller may still be appending it). Events without a stamp (version 1, -1)
+are always kept. Two kept decisions of different controller epochs at one metadata offset contradict the rule and
+are reported as an anomaly.
 
 Replica rules, keyed by (topic, partition, broker):
 
@@ -110,14 +111,15 @@ class Anomaly:
 @dataclass(frozen=True, slots=True)
 class AbandonedIntent:
     """A controller decision whose events were stored but whose records never committed: its metadata offset is
-    at or past `takeover_offset`, where the next controller epoch's takeover batch landed."""
+    at or past `committed_below`, the offset from which its controller epoch wrote nothing (the next epoch's
+    takeover batch, or the offset its fenced append was refused at)."""
 
     emitter: Emitter
     sequence: int
     event_type: str
     controller_epoch: int
     metadata_offset: int
-    takeover_offset: int
+    committed_below: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,39 +221,53 @@ def _term_key(controller_epoch: int, first: Envelope, service: str, emitter_id: 
 
 @dataclass(frozen=True, slots=True)
 class Takeovers:
-    """Every controller epoch's takeover offset (its ControllerElected's metadata offset), and for each epoch the
-    least takeover offset of the epochs after it: where the next controller's log began."""
+    """Where each controller epoch's writing ended: the takeover offsets of the epochs after it (each
+    ControllerElected's metadata offset), and the offset a fenced append of its own was refused at."""
 
     epochs: tuple[int, ...]  # ascending
     next_takeover: tuple[int, ...]  # next_takeover[i]: the least takeover offset of epochs[i:]
+    fenced_at: Mapping[int, int]  # controller epoch -> the offset its refused append would have landed at
 
     @classmethod
     def of(cls, streams: Mapping[tuple[str, int], list[Envelope]]) -> Takeovers:
         offsets: dict[int, int] = {}
+        fenced_at: dict[int, int] = {}
         for stream in streams.values():
             for envelope in stream:
                 event = envelope.event
                 if isinstance(event, events.ControllerElected) and event.metadata_offset >= 0:
                     held = offsets.get(event.controller_epoch, event.metadata_offset)
                     offsets[event.controller_epoch] = min(held, event.metadata_offset)
+                if isinstance(event, events.ControllerDeposed):
+                    cls._fenced(event, fenced_at)
         epochs = sorted(offsets)
         least: list[int] = []
         for epoch in reversed(epochs):
             least.append(min(offsets[epoch], least[-1]) if least else offsets[epoch])
-        return cls(tuple(epochs), tuple(reversed(least)))
+        return cls(tuple(epochs), tuple(reversed(least)), fenced_at)
 
-    def after(self, controller_epoch: int) -> int | None:
-        """The takeover offset of the first controller epoch after `controller_epoch`, or None."""
+    @staticmethod
+    def _fenced(deposed: events.ControllerDeposed, fenced_at: dict[int, int]) -> None:
+        """An append refused by the stream: nothing of that epoch landed after the last offset it knew."""
+        if deposed.reason == "append_fenced" and deposed.metadata_offset >= 0:
+            fenced_at[deposed.controller_epoch] = deposed.metadata_offset + 1
+
+    def committed_below(self, controller_epoch: int) -> int | None:
+        """The offset from which `controller_epoch` wrote nothing, if the history knows one."""
         index = bisect.bisect_right(self.epochs, controller_epoch)
-        return self.next_takeover[index] if index < len(self.epochs) else None
+        bounds = [self.next_takeover[index]] if index < len(self.epochs) else []
+        if controller_epoch in self.fenced_at:
+            bounds.append(self.fenced_at[controller_epoch])
+        return min(bounds, default=None)
 
     def overtaking(self, event: Event) -> int | None:
-        """For a decision that never committed, the takeover offset that overtook it; None for any other event."""
+        """For a decision that never committed, the offset its epoch's writing ended at; None for any other
+        event."""
         stamp = events.decision_stamp(event)
         if stamp is None or stamp[0] < 0 or stamp[1] < 0:
             return None
-        takeover = self.after(stamp[0])
-        return takeover if takeover is not None and stamp[1] >= takeover else None
+        bound = self.committed_below(stamp[0])
+        return bound if bound is not None and stamp[1] >= bound else None
 
 
 def abandoned_intents(streams: Mapping[tuple[str, int], list[Envelope]]) -> list[AbandonedIntent]:
