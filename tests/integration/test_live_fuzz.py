@@ -382,6 +382,7 @@ TEMPLATES: Final[dict[str, dict[str, Any]]] = {
         "current_metadata_offset": 0,
         "want_fence": False,
         "want_shut_down": False,
+        "offline_replicas": [{"topic": "t", "partition": 0}],
     },
     ControllerApi.ALTER_PARTITION: {
         "broker_id": 1,
@@ -919,7 +920,12 @@ def stale_heartbeat(draw: st.DrawFn, facts: Facts) -> wire.BrokerHeartbeatReques
         current_metadata_offset=draw(any_int64),
         want_fence=draw(st.booleans()),
         want_shut_down=draw(st.booleans()),
+        # A stale heartbeat reporting replicas offline must not take them offline either.
+        offline_replicas=tuple(draw(st.lists(st.sampled_from(OFFLINE_REFS), max_size=2, unique=True))),
     )
+
+
+OFFLINE_REFS: Final = tuple(wire.TopicPartitionRef(topic=TOPIC, partition=p) for p in (0, 1))
 
 
 @given(st.data())
