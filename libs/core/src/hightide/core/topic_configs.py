@@ -134,10 +134,6 @@ class TopicConfig:
         return str(value)
 
 
-def _row(name: str, kind: ConfigType, default: ConfigValue, documentation: str, **bounds: object) -> TopicConfig:
-    return TopicConfig(name, kind, default, documentation, **bounds)  # type: ignore[arg-type]
-
-
 _DAY_MS: Final = 24 * 60 * 60 * 1000
 _INT, _LONG, _BOOLEAN, _LIST = ConfigType.INT, ConfigType.LONG, ConfigType.BOOLEAN, ConfigType.LIST
 
@@ -145,65 +141,65 @@ _INT, _LONG, _BOOLEAN, _LIST = ConfigType.INT, ConfigType.LONG, ConfigType.BOOLE
 TOPIC_CONFIGS: Final[Mapping[str, TopicConfig]] = {
     row.name: row
     for row in (
-        _row(
+        TopicConfig(
             "cleanup.policy", _LIST, ("delete",), "The retention policy of old segments: delete, compact, or both.",
             choices=("compact", "delete"),
         ),
-        _row(
+        TopicConfig(
             "file.delete.delay.ms", _LONG, 60_000, "The time to wait before deleting a file from the filesystem.",
             low=0, log=True,
         ),
         # Kafka's defaults leave durability to replication: never fsync by count or by time.
-        _row(
+        TopicConfig(
             "flush.messages", _LONG, LONG_MAX, "Force an fsync of the log after this many messages.",
             low=1, log=True,
         ),
-        _row(
+        TopicConfig(
             "flush.ms", _LONG, LONG_MAX, "Force an fsync of the log once a message is this old (ms).",
             low=0, log=True,
         ),
-        _row(
+        TopicConfig(
             "index.interval.bytes", _INT, 4096, "How many bytes of log between two entries of the offset index.",
             low=0, log=True,
         ),
-        _row(
+        TopicConfig(
             "max.message.bytes", _INT, 1024 * 1024 + 12, "The largest record batch size allowed (after compression).",
             low=0, log=True,
         ),
-        _row(
+        TopicConfig(
             MIN_INSYNC_REPLICAS, _INT, 1,
             "With acks=all, the fewest in-sync replicas that must hold a write for it to succeed.",
             low=1,
         ),
         # Kafka takes any LONG and reads a negative one as "unlimited"; the storage engine takes -1 for that, and
         # a committed config a broker cannot apply would stop every broker hosting the topic.
-        _row(
+        TopicConfig(
             "retention.bytes", _LONG, -1, "The most bytes a partition's log may hold before old segments are deleted.",
             low=-1, log=True,
         ),
-        _row(
+        TopicConfig(
             "retention.ms", _LONG, 7 * _DAY_MS, "How long a log is kept before old segments are deleted; -1: forever.",
             low=-1, log=True,
         ),
         # Kafka's bound before 4.0 raised it to 1 MiB: small segments keep the tests fast and a laptop cluster small.
-        _row(
+        TopicConfig(
             "segment.bytes", _INT, 1024 * 1024 * 1024, "The size of a log segment file.",
             low=14, log=True,
         ),
         # Kafka's bound is 4; Hightide's index holds at least four offset entries (8 bytes each).
-        _row(
+        TopicConfig(
             "segment.index.bytes", _INT, 10 * 1024 * 1024, "The size of a segment's offset index.",
             low=8 * 4, log=True,
         ),
-        _row(
+        TopicConfig(
             "segment.jitter.ms", _LONG, 0, "The most random jitter subtracted from a segment's scheduled roll time.",
             low=0, log=True,
         ),
-        _row(
+        TopicConfig(
             "segment.ms", _LONG, 7 * _DAY_MS, "The time after which the log rolls a new segment even if not full.",
             low=1, log=True,
         ),
-        _row(
+        TopicConfig(
             UNCLEAN_LEADER_ELECTION_ENABLE, _BOOLEAN, False,
             "Whether a replica outside the ISR may be elected leader as a last resort, though data may be lost.",
         ),
