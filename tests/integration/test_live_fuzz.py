@@ -45,6 +45,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from hightide.client import Admin, Consumer, ConsumerConfig, ConsumerRecord, Producer, ProducerConfig
 from hightide.client.connection import ClusterConnection
 from hightide.client.local_cluster import ClusterState, LocalCluster, pid_alive
+from hightide.core.topic_configs import TOPIC_CONFIGS
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import InvalidRecordBatch, encode_batch, validate_batches
@@ -381,6 +382,7 @@ TEMPLATES: Final[dict[str, dict[str, Any]]] = {
         "current_metadata_offset": 0,
         "want_fence": False,
         "want_shut_down": False,
+        "offline_replicas": [{"topic": "t", "partition": 0}],
     },
     ControllerApi.ALTER_PARTITION: {
         "broker_id": 1,
@@ -918,7 +920,12 @@ def stale_heartbeat(draw: st.DrawFn, facts: Facts) -> wire.BrokerHeartbeatReques
         current_metadata_offset=draw(any_int64),
         want_fence=draw(st.booleans()),
         want_shut_down=draw(st.booleans()),
+        # A stale heartbeat reporting replicas offline must not take them offline either.
+        offline_replicas=tuple(draw(st.lists(st.sampled_from(OFFLINE_REFS), max_size=2, unique=True))),
     )
+
+
+OFFLINE_REFS: Final = tuple(wire.TopicPartitionRef(topic=TOPIC, partition=p) for p in (0, 1))
 
 
 @given(st.data())
@@ -1070,7 +1077,7 @@ TOPIC_CONFIG_BOUNDS: Final = {
     "max.message.bytes": (0, INT32_MAX),
 }
 
-KNOWN_CONFIGS: Final = frozenset({*TOPIC_CONFIG_BOUNDS, "unclean.leader.election.enable", "cleanup.policy"})
+KNOWN_CONFIGS: Final = frozenset(TOPIC_CONFIGS)  # every name the table accepts: a drawn "unknown" name must not be one
 
 
 @st.composite

@@ -2,16 +2,19 @@
 
 Method: a hypothesis state machine plays the shell against one `ReplicationControl` (ELR on or off, unclean
 election on or off, min ISR 1 to 3): brokers register (cleanly or not, sometimes as a second incarnation),
-heartbeat (asking to be fenced or to shut down, sometimes with a stale epoch), go silent while the clock runs;
-topics are created (placed or assigned by hand), grown and deleted; leaders send AlterPartition proposals
-(mostly sound, sometimes not); admins ask for preferred and unclean elections; the auto rebalance runs. Every
-result is appended and applied before the next request. After every step:
+heartbeat (asking to be fenced or to shut down, sometimes with a stale epoch, sometimes reporting replicas
+offline), go silent while the clock runs; topics are created (placed or assigned by hand), grown and deleted;
+leaders send AlterPartition proposals (mostly sound, sometimes not); admins ask for preferred and unclean
+elections; the auto rebalance runs. Every result is appended and applied before the next request. After every
+step:
 
 - the image has no violation (`image_violations`): leader in the ISR or -1, ISR within the replicas and never
   empty unless ELR is enabled, ELR and ISR disjoint, no ELR once the ISR reaches min ISR, leaders active, ISRs
   of active brokers but for the last member of a leaderless ISR without ELR;
 - each PartitionChangeRecord, applied on its own, changes something, raises the partition epoch by one and the
   leader epoch by one exactly when the leader changes (`change_violations`);
+- a replica reported offline is neither leader nor in an ELR, nor in an ISR but as the last member of a leaderless
+  one without ELR, and an AlterPartition cannot bring it back (INELIGIBLE_REPLICA) until its broker registers;
 - each partition record has its PartitionChanged event carrying the state it leaves, each leader change its
   LeaderElected, and every event fits the catalogue's sizes;
 - an error reply comes with no records, and broker epochs only grow;
@@ -157,16 +160,29 @@ class ControllerMachine(RuleBasedStateMachine):
         result = self.commit(self.control.register_broker(broker_id, f"i{self.incarnation}", previous, self.now_ms))
         assert (result.response.error is ErrorCode.NONE) == bool(result.records)
 
-    def heartbeat(self, broker_id: int, want_fence: bool, want_shutdown: bool, stale: bool) -> None:
+    def heartbeat(
+        self,
+        broker_id: int,
+        want_fence: bool,
+        want_shutdown: bool,
+        stale: bool,
+        offline: tuple[TopicPartition, ...] = (),
+    ) -> ControllerResult[Any]:
         registration = self.control.image.broker(broker_id)
         epoch = -1 if registration is None or stale else registration.broker_epoch
         result = self.commit(
             self.control.heartbeat(
-                broker_id, epoch, self.now_ms, want_fence=want_fence and not stale, want_shutdown=want_shutdown
+                broker_id,
+                epoch,
+                self.now_ms,
+                want_fence=want_fence and not stale,
+                want_shutdown=want_shutdown,
+                offline_replicas=offline,
             )
         )
         if result.response.error is not ErrorCode.NONE:
             assert result.records == ()
+        return result
 
     @rule(data=st.data(), want_fence=st.booleans(), want_shutdown=st.booleans(), stale=st.booleans())
     def heartbeat_with_flags(self, data: st.DataObject, want_fence: bool, want_shutdown: bool, stale: bool) -> None:
@@ -188,7 +204,40 @@ class ControllerMachine(RuleBasedStateMachine):
             current = self.control.image.partition(*tp)
             assert current is not None
             if current.has_leader and broker_id in current.replicas and broker_id not in current.isr:
-                assert self.send(tp, (*current.isr, broker_id), with_epochs=True).response.error_code is ErrorCode.NONE
+                answer = self.send(tp, (*current.isr, broker_id), with_epochs=True).response.error_code
+                offline = self.control.image.replica_offline(broker_id, *tp)
+                assert answer is (ErrorCode.INELIGIBLE_REPLICA if offline else ErrorCode.NONE), (tp, answer)
+
+    @rule(data=st.data(), repeat=st.booleans())
+    def report_offline(self, data: st.DataObject, repeat: bool) -> None:
+        """A broker's storage refused: its heartbeat reports some of its replicas offline (and a partition it does
+        not host, now and then), and keeps reporting them. Each one leaves its ISR, ELR and leadership at once,
+        unless it is the last member of a leaderless ISR without ELR; a repeated report changes nothing."""
+        broker_id = self.registered(data)
+        image = self.control.image
+        hosted = [tp for tp, p in image.all_partitions() if broker_id in p.replicas]
+        offline = tuple(data.draw(st.lists(st.sampled_from(hosted), max_size=3, unique=True))) if hosted else ()
+        if data.draw(st.booleans()):
+            offline += (TopicPartition(data.draw(TOPICS), data.draw(st.integers(0, 3))),)
+        result = self.heartbeat(broker_id, want_fence=False, want_shutdown=False, stale=False, offline=offline)
+        if result.response.error is not ErrorCode.NONE:
+            return
+        after = self.control.image
+        for tp in offline:
+            partition = after.partition(*tp)
+            if partition is None or broker_id not in partition.replicas:
+                assert not after.replica_offline(broker_id, *tp)
+                continue
+            assert after.replica_offline(broker_id, *tp) and broker_id in after.offline_replicas(*tp)
+            assert partition.leader != broker_id and broker_id not in partition.elr
+            kept_last = not self.control.config.eligible_leader_replicas_enable and partition.isr == (broker_id,)
+            assert broker_id not in partition.isr or kept_last, (tp, partition)
+        if repeat:
+            again = self.heartbeat(broker_id, want_fence=False, want_shutdown=False, stale=False, offline=offline)
+            assert not any(isinstance(e, events.ReplicaMarkedOffline) for e in again.events)
+            assert not any(
+                isinstance(e, events.PartitionChanged) and e.reason == "replica_offline" for e in again.events
+            )
 
     @rule(data=st.data())
     def controlled_shutdown(self, data: st.DataObject) -> None:
@@ -343,7 +392,7 @@ class ControllerMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), with_epochs=st.booleans())
     def expand_isr(self, data: st.DataObject, with_epochs: bool) -> None:
-        """A leader adds a caught-up follower: accepted exactly when the follower is active."""
+        """A leader adds a caught-up follower: accepted exactly when the follower is active and its replica online."""
         tp = self.led_partition(data)
         if tp is None:
             return
@@ -352,10 +401,11 @@ class ControllerMachine(RuleBasedStateMachine):
         outside = [r for r in current.replicas if r not in current.isr and self.control.image.broker(r)]
         if not outside:
             return
-        active = [r for r in outside if self.control.image.is_active(r)]
+        active = [r for r in outside if self.control.image.is_eligible_replica(r, *tp)]
         joining = data.draw(st.sampled_from(active if active and data.draw(st.booleans()) else outside))
         result = self.send(tp, (*current.isr, joining), with_epochs=with_epochs)
-        expected = ErrorCode.NONE if self.control.image.is_active(joining) else ErrorCode.INELIGIBLE_REPLICA
+        eligible = self.control.image.is_eligible_replica(joining, *tp)
+        expected = ErrorCode.NONE if eligible else ErrorCode.INELIGIBLE_REPLICA
         assert result.response.error_code is expected, result.response
 
     @rule(data=st.data())
@@ -366,7 +416,9 @@ class ControllerMachine(RuleBasedStateMachine):
             return
         current = self.control.image.partition(*tp)
         assert current is not None
-        joining = tuple(r for r in current.replicas if r not in current.isr and self.control.image.is_active(r))
+        joining = tuple(
+            r for r in current.replicas if r not in current.isr and self.control.image.is_eligible_replica(r, *tp)
+        )
         if joining:
             assert self.send(tp, (*current.isr, *joining), with_epochs=True).response.error_code is ErrorCode.NONE
 

@@ -5,7 +5,9 @@ read it to follow partition state, and a standby controller that takes over afte
 its image by replaying it, with a higher controller epoch (as a new holder of the NATS KV lease would).
 Brokers' sessions with the new controller start at the takeover, as KRaft's do. Two controller processes (ids 1
 and 2) take turns: each takeover is announced with ControllerElected, as the real controller's shell does, and
-every event is kept with the id of the controller that emitted it (`emissions`).
+every event is kept with the id of the controller that emitted it (`emissions`). Like the shell, each takeover
+counts as a batch of the log and every decision's events carry the controller epoch and the batch offset it
+lands at.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from hightide.core.controller import ControllerConfig, ControllerResult, ReplicationControl
-from hightide.core.metadata_image import MetadataImage
+from hightide.core.metadata_image import MetadataImage, TopicPartition
 from hightide.protocol.events import ControllerElected, Event, LeaderElected
 from hightide.protocol.metadata import MetadataRecord
 from hightide.protocol.wire import AlterPartitionRequest, AlterPartitionResponse
@@ -57,6 +59,7 @@ class SimController:
         if overrides:
             self.controller_config = dataclasses.replace(self.controller_config, **overrides)  # type: ignore[arg-type]
         self.log: list[MetadataRecord] = []
+        self.metadata_batches = 0  # the metadata log's offset of its last batch (the stream sequence, as the shell's)
         self.events: list[Event] = []
         self.emissions: list[tuple[int, Event]] = []  # (emitting controller, event), drained by the simulator
         self.control = ReplicationControl(self.controller_config)
@@ -70,12 +73,15 @@ class SimController:
         self._views: dict[tuple[str, int], PartitionView] | None = None
 
     def _commit(self, result: ControllerResult[R]) -> R:
-        """Append the decision's records to the metadata log, then apply them (the shell's contract)."""
+        """Store the decision's events as its intent, append its records to the metadata log (one batch), then
+        apply them (the shell's contract)."""
+        stamped = result.events_at(self.controller_epoch, self.metadata_batches + 1)
         if result.records:
             self.log.extend(result.records)
+            self.metadata_batches += 1
             self.control.apply(result.records)
             self._views = None
-        for event in result.events:
+        for event in stamped:
             self._emit(event)
             if isinstance(event, LeaderElected) and event.election == "unclean":
                 self._unclean.add((event.topic, event.partition))
@@ -87,11 +93,20 @@ class SimController:
         self.events.append(event)
         self.emissions.append((self.active_controller, event))
 
+    def _takeover(self) -> ControllerElected:
+        """The takeover batch (an empty one, as the shell appends), and the ControllerElected that names it."""
+        self.metadata_batches += 1
+        return ControllerElected(
+            controller=self.active_controller,
+            controller_epoch=self.controller_epoch,
+            metadata_offset=self.metadata_batches,
+        )
+
     # -- lifecycle -----------------------------------------------------------------------------------------
 
     def start(self, now_ms: int) -> None:
         """Take the lease, register and unfence every broker, then create the topic."""
-        self._emit(ControllerElected(controller=self.active_controller, controller_epoch=self.controller_epoch))
+        self._emit(self._takeover())
         for broker in self.brokers:
             self.restarted(broker)
             assert self.register(broker, now_ms)
@@ -137,19 +152,31 @@ class SimController:
         self.control = ReplicationControl(self.controller_config, image)
         self.last_heartbeat_ms.clear()
         self._views = None
-        self._emit(ControllerElected(controller=self.active_controller, controller_epoch=self.controller_epoch))
+        self._emit(self._takeover())
 
     # -- requests ------------------------------------------------------------------------------------------
 
-    def heartbeat(self, broker: int, broker_epoch: int, now_ms: int, *, reachable: bool) -> None:
+    def heartbeat(
+        self,
+        broker: int,
+        broker_epoch: int,
+        now_ms: int,
+        *,
+        reachable: bool,
+        offline_replicas: tuple[TopicPartition, ...] = (),
+    ) -> None:
         if not reachable or now_ms - self.last_heartbeat_ms.get(broker, 0) < HEARTBEAT_INTERVAL_MS:
             return
-        self._heartbeat(broker, now_ms)
+        self._heartbeat(broker, now_ms, offline_replicas)
 
-    def _heartbeat(self, broker: int, now_ms: int) -> None:
+    def _heartbeat(self, broker: int, now_ms: int, offline_replicas: tuple[TopicPartition, ...] = ()) -> None:
         self.last_heartbeat_ms[broker] = now_ms
         epoch = self.registered_epoch(broker)
-        self._commit(self.control.heartbeat(broker, epoch, now_ms, metadata_offset=len(self.log)))
+        offset = len(self.log)
+        heartbeat = self.control.heartbeat(
+            broker, epoch, now_ms, metadata_offset=offset, offline_replicas=offline_replicas
+        )
+        self._commit(heartbeat)
 
     def tick(self, now_ms: int) -> None:
         self._commit(self.control.tick(now_ms))

@@ -249,7 +249,8 @@ class Simulation:
                     broker.registered_as(self.controller.registered_epoch(node), self.now_ms)
                 if broker.registered:
                     epoch = self.controller.registered_epoch(node)
-                    self.controller.heartbeat(node, epoch, self.now_ms, reachable=reachable)
+                    offline = broker.manager.offline_replicas if broker.manager is not None else ()
+                    self.controller.heartbeat(node, epoch, self.now_ms, reachable=reachable, offline_replicas=offline)
                     broker.tick(self.now_ms)
         elif node == CONTROLLER:
             self.controller.tick(self.now_ms)

@@ -1498,3 +1498,186 @@ def test_producer_ids_are_never_handed_out_twice_even_across_a_controller_failov
     assert (first, second, third.response) == (0, 1, 2)
     assert [(e.first_producer_id, e.next_producer_id) for e in cluster.events] == [(0, 1), (1, 2)]
     assert third.events == (events.ProducerIdsAllocated(first_producer_id=2, next_producer_id=3),)
+
+
+# -- offline replicas (KIP-858, by partition) ---------------------------------------------------------------------
+# Kafka's handleDirectoriesOffline: a broker's heartbeat names the replicas its storage refused; each leaves its ISR
+# and ELR, loses its leadership, and stays ineligible until the broker registers again.
+
+
+def offline(cluster: Cluster, broker_id: int, *partitions: tuple[str, int]) -> ControllerResult[Any]:
+    reported = [TopicPartition(topic, partition) for topic, partition in partitions]
+    result = cluster.control.heartbeat(broker_id, cluster.epochs[broker_id], cluster.now_ms, offline_replicas=reported)
+    return cluster.commit(result)
+
+
+def three_brokers(**settings: int | bool) -> Cluster:
+    cluster = Cluster(**settings)
+    cluster.register(1, 2, 3)
+    cluster.unfence(1, 2, 3)
+    return cluster
+
+
+def test_a_leader_whose_replica_goes_offline_hands_leadership_to_the_next_isr_member() -> None:
+    """Given foo-0 on [1, 2, 3] led by 1 and bar-0 also led by 1, when broker 1 reports foo-0 offline, then 2 leads
+    foo-0 with ISR [2, 3], the offline replica is recorded in broker 1's registration, and bar-0 is untouched."""
+    cluster = three_brokers()
+    cluster.create("foo", [[1, 2, 3]])
+    cluster.create("bar", [[1, 2, 3]])
+    result = offline(cluster, 1, ("foo", 0))
+    assert cluster.leader_and_isr("foo") == (2, (2, 3))
+    assert cluster.leader_and_isr("bar") == (1, (1, 2, 3))
+    assert cluster.image.offline_replicas("foo", 0) == (1,)
+    assert cluster.image.offline_replicas("bar", 0) == ()
+    assert result.records[0] == BrokerRegistrationChangeRecord(
+        broker_id=1, broker_epoch=cluster.epochs[1], offline_replicas=(("foo-id", 0),)
+    )
+    assert result.events == (
+        events.ReplicaMarkedOffline(topic="foo", partition=0, replica=1, broker_epoch=cluster.epochs[1]),
+        events.PartitionChanged(
+            topic="foo", partition=0, replicas=(1, 2, 3), isr=(2, 3), elr=(), last_known_elr=(), leader=2,
+            leader_epoch=1, partition_epoch=1, reason="replica_offline",
+        ),
+        events.LeaderElected(topic="foo", partition=0, previous_leader=1, leader=2, leader_epoch=1, election="clean"),
+    )  # fmt: skip
+    assert result.response.error is ErrorCode.NONE and not result.response.is_fenced  # the broker itself stays
+
+
+def test_a_follower_whose_replica_goes_offline_leaves_the_isr_and_the_leader_stays() -> None:
+    cluster = three_brokers()
+    cluster.create("foo", [[1, 2, 3]])
+    result = offline(cluster, 3, ("foo", 0))
+    assert cluster.leader_and_isr("foo") == (1, (1, 2))
+    assert [e.reason for e in result.events if isinstance(e, events.PartitionChanged)] == ["replica_offline"]
+    assert not [e for e in result.events if isinstance(e, events.LeaderElected)]
+
+
+def test_the_same_offline_set_repeated_in_every_heartbeat_changes_nothing_after_the_first() -> None:
+    cluster = three_brokers()
+    cluster.create("foo", [[1, 2, 3]])
+    offline(cluster, 3, ("foo", 0))
+    for _ in range(3):
+        repeated = offline(cluster, 3, ("foo", 0))
+        assert (repeated.records, repeated.events) == ((), ())
+    grown = offline(cluster, 3, ("foo", 0), ("bar", 0))  # bar does not exist: ignored
+    assert (grown.records, grown.events) == ((), ())
+
+
+def test_a_partition_the_broker_does_not_host_is_ignored() -> None:
+    cluster = three_brokers()
+    cluster.create("foo", [[1, 2]])
+    result = offline(cluster, 3, ("foo", 0), ("foo", 7))
+    assert (result.records, result.events) == ((), ())
+    assert cluster.image.broker(3) is not None and cluster.image.broker(3).offline_replicas == frozenset()
+
+
+def test_an_offline_replica_is_refused_back_into_the_isr_until_its_broker_registers_again() -> None:
+    """Given broker 3's replica of foo-0 offline and out of the ISR, when the leader proposes [1, 2, 3], then the
+    answer is INELIGIBLE_REPLICA and nothing is written; once broker 3 registers again (its log recovered) and is
+    unfenced, the same proposal is committed."""
+    cluster = three_brokers()
+    cluster.create("foo", [[1, 2, 3]])
+    offline(cluster, 3, ("foo", 0))
+    refused = cluster.commit(cluster.control.alter_partition(cluster.request("foo", 0, [1, 2, 3])))
+    assert refused.response.error_code is ErrorCode.INELIGIBLE_REPLICA and refused.records == ()
+    cluster.shut_down(3)  # the broker restarts: a controlled shutdown, then a new incarnation
+    cluster.register(3)
+    assert cluster.image.offline_replicas("foo", 0) == ()
+    cluster.unfence(3)
+    assert cluster.alter("foo", 0, [1, 2, 3]).error_code is ErrorCode.NONE
+
+
+def test_an_offline_replica_is_never_elected_not_even_uncleanly() -> None:
+    """Given foo-0 whose only ISR member is 1 (2 and 3 fenced), when 1 reports it offline, then 1 stays the last
+    ISR member (KRaft never empties the ISR without ELR) but loses the leadership, and an unclean election finds no
+    leader; once 2 is back, the unclean election takes 2, never 1."""
+    cluster = three_brokers()
+    cluster.create("foo", [[1, 2, 3]])
+    cluster.fence(2, 3)
+    assert cluster.leader_and_isr("foo") == (1, (1,))
+    offline(cluster, 1, ("foo", 0))
+    assert cluster.leader_and_isr("foo") == (NO_LEADER, (1,))
+    unclean = cluster.commit(cluster.control.elect_leaders("unclean", [("foo", 0)])).response
+    assert unclean[0].error is ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    cluster.register(2)
+    cluster.unfence(2)
+    assert cluster.leader_and_isr("foo") == (NO_LEADER, (1,))  # 2 is not in the ISR: no clean election
+    unclean = cluster.commit(cluster.control.elect_leaders("unclean", [("foo", 0)])).response
+    assert unclean[0].error is ErrorCode.NONE
+    assert cluster.leader_and_isr("foo") == (2, (2,))
+
+
+def test_with_elr_an_isr_member_gone_offline_does_not_become_eligible_as_a_fenced_one_would() -> None:
+    """KIP-966: a member leaving an ISR below min ISR joins the ELR (its log holds the committed records). An
+    offline replica's log cannot be read, so it leaves both, as after an unclean shutdown."""
+    cluster = three_brokers(eligible_leader_replicas_enable=True)
+    cluster.create("foo", [[1, 2, 3]], min_insync_replicas="3")
+    offline(cluster, 2, ("foo", 0))
+    assert (cluster.partition("foo").isr, cluster.partition("foo").elr) == ((1, 3), ())
+    fenced = three_brokers(eligible_leader_replicas_enable=True)
+    fenced.create("foo", [[1, 2, 3]], min_insync_replicas="3")
+    fenced.fence(2)
+    assert (fenced.partition("foo").isr, fenced.partition("foo").elr) == ((1, 3), (2,))
+
+
+def test_with_elr_a_replica_in_the_elr_that_goes_offline_leaves_it() -> None:
+    cluster = three_brokers(eligible_leader_replicas_enable=True)
+    cluster.create("foo", [[1, 2, 3]], min_insync_replicas="3")
+    cluster.fence(3)
+    assert cluster.partition("foo").elr == (3,)
+    offline(cluster, 3, ("foo", 0))  # a fenced broker still heartbeats: it reports, then is unfenced
+    assert (cluster.partition("foo").isr, cluster.partition("foo").elr) == ((1, 2), ())
+    assert cluster.image.is_active(3) and not cluster.image.is_eligible_replica(3, "foo", 0)
+
+
+def test_unfencing_in_the_same_heartbeat_never_elects_the_replica_it_reports_offline() -> None:
+    """Given foo-0 leaderless with only broker 1 (fenced) in its ISR, when broker 1 heartbeats to be unfenced and
+    reports foo-0 offline in the same heartbeat, then the unfencing elects nothing for foo-0."""
+    cluster = three_brokers()
+    cluster.create("foo", [[1, 2]])
+    cluster.fence(2)
+    cluster.fence(1, 2)
+    assert cluster.leader_and_isr("foo") == (NO_LEADER, (1,))
+    result = offline(cluster, 1, ("foo", 0))
+    assert not result.response.is_fenced
+    assert cluster.leader_and_isr("foo") == (NO_LEADER, (1,))
+    assert not [e for e in result.events if isinstance(e, events.LeaderElected)]
+
+
+def test_a_deleted_topics_offline_replicas_go_with_it() -> None:
+    cluster = three_brokers()
+    cluster.create("foo", [[1, 2, 3]])
+    offline(cluster, 1, ("foo", 0))
+    cluster.commit(cluster.control.delete_topic("foo"))
+    assert cluster.image.broker(1) is not None and cluster.image.broker(1).offline_replicas == frozenset()
+    cluster.create("foo", [[1, 2, 3]])
+    assert cluster.leader_and_isr("foo") == (1, (1, 2, 3))
+
+
+def test_a_standby_replaying_the_log_knows_the_offline_replicas() -> None:
+    cluster = three_brokers()
+    cluster.create("foo", [[1, 2, 3]])
+    offline(cluster, 2, ("foo", 0))
+    replayed = MetadataImage().apply_all(cluster.records)
+    assert replayed == cluster.image and replayed.offline_replicas("foo", 0) == (2,)
+    assert replayed.partitions_offline_on(2) == (TopicPartition("foo", 0),)
+
+
+@pytest.mark.parametrize(
+    ("isr", "elr", "leader", "elr_enabled", "complaint"),
+    [
+        ((0, 1), (), 1, False, "leader 1's replica is offline"),
+        ((0, 1), (), 0, False, "ISR (0, 1) holds offline replicas [1]"),
+        ((0,), (1,), 0, True, "ELR (1,) holds offline replicas [1]"),
+    ],
+)
+def test_the_image_checker_catches_an_offline_replica_that_leads_or_stays_in_sync(
+    isr: tuple[int, ...], elr: tuple[int, ...], leader: int, elr_enabled: bool, complaint: str
+) -> None:
+    record = PartitionRecord(topic_id="t", partition=0, replicas=(0, 1, 2), isr=isr, elr=elr, leader=leader)
+    image = broken_image(record).apply(
+        BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=1, offline_replicas=(("t", 0),))
+    )
+    config = ControllerConfig(eligible_leader_replicas_enable=elr_enabled, min_insync_replicas=3)
+    violations = image_violations(image, config)
+    assert any(complaint in v for v in violations), violations

@@ -262,3 +262,37 @@ def test_the_same_records_build_equal_images() -> None:
     records = [*three_unfenced_brokers(), *topic_foo(), PartitionChangeRecord(topic_id="foo-id", partition=0, isr=(0,))]
     assert MetadataImage().apply_all(records) == MetadataImage().apply_all(records)
     assert MetadataImage().apply_all(records) != MetadataImage().apply_all(records[:-1])
+
+
+# -- offline replicas ----------------------------------------------------------------------------------------------
+
+
+def offline(broker_id: int, epoch: int, *refs: tuple[str, int]) -> BrokerRegistrationChangeRecord:
+    return BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=epoch, offline_replicas=tuple(refs))
+
+
+def test_a_brokers_offline_replicas_are_its_last_reported_set_until_it_registers_again() -> None:
+    """Given foo's partitions 0 and 2 reported offline on broker 1, then the image lists broker 1 among their offline
+    replicas and not as an eligible replica of them (it stays active and eligible elsewhere); a fencing change
+    keeps the set (None: no change), and the broker's next registration clears it."""
+    image = MetadataImage().apply_all(
+        [*three_unfenced_brokers(), *topic_foo(), offline(1, 1, ("foo-id", 0), ("foo-id", 2))]
+    )
+    assert (image.offline_replicas("foo", 0), image.offline_replicas("foo", 1), image.offline_replicas("foo", 2)) == (
+        (1,),
+        (),
+        (1,),
+    )
+    assert image.is_active(1) and not image.is_eligible_replica(1, "foo", 0) and image.is_eligible_replica(1, "foo", 1)
+    assert image.partitions_offline_on(1) == (TopicPartition("foo", 0), TopicPartition("foo", 2))
+    fenced = image.apply(BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=1, fenced=True))
+    assert fenced.offline_replicas("foo", 0) == (1,)
+    registered = fenced.apply(register(1, fenced.next_offset, "inc-1-again"))
+    assert registered.offline_replicas("foo", 0) == () and registered.partitions_offline_on(1) == ()
+
+
+def test_a_removed_topic_takes_its_offline_replicas_with_it() -> None:
+    image = MetadataImage().apply_all([*three_unfenced_brokers(), *topic_foo(), offline(1, 1, ("foo-id", 0))])
+    removed = image.apply(RemoveTopicRecord(topic_id="foo-id"))
+    broker = removed.broker(1)
+    assert broker is not None and broker.offline_replicas == frozenset()

@@ -321,3 +321,149 @@ def test_a_partition_epoch_going_back_is_reported_and_not_applied() -> None:
     state = rebuild(history)
     assert state.partitions[(T, 0)].partition_epoch == 2
     assert details(state) == ["PartitionChanged: partition epoch 1 after 2"]
+
+
+def marked_offline(replica: int, broker_epoch: int = 7) -> events.ReplicaMarkedOffline:
+    return events.ReplicaMarkedOffline(topic=T, partition=0, replica=replica, broker_epoch=broker_epoch)
+
+
+def registered(broker_id: int, broker_epoch: int) -> events.BrokerRegistered:
+    return events.BrokerRegistered(broker=broker_id, broker_epoch=broker_epoch, previous_broker_epoch=-1, fenced=True)
+
+
+def test_a_replica_marked_offline_stays_offline_until_its_broker_registers_again() -> None:
+    """Replicas 2 and 3 go offline; broker 3 registers again (after its log recovery): only 2 is still offline."""
+    history = emitted(
+        controller(),
+        1_000,
+        elected(100, 1),
+        created(),
+        changed(0, 1, (1, 2, 3)),
+        marked_offline(2),
+        changed(1, 1, (1, 3)),
+        marked_offline(3),
+        changed(2, 1, (1,)),
+        registered(3, 20),
+    )
+    state = rebuild(history)
+    assert state.offline_replicas == {(T, 0): (2,)}
+    assert state.partitions[(T, 0)].isr == (1,)
+    assert state.anomalies == ()
+
+
+def test_offline_replicas_end_with_their_topics_life() -> None:
+    history = emitted(
+        controller(),
+        1_000,
+        elected(100, 1),
+        created("id-1"),
+        marked_offline(2),
+        events.TopicDeleted(topic=T, topic_id="id-1"),
+        created("id-2"),
+    )
+    assert rebuild(history).offline_replicas == {}
+
+
+# -- controller decisions written ahead: intents that never committed ------------------------------------------
+# A controller stores a decision's events (stamped with its epoch and the metadata offset it lands at) before it
+# appends the decision; the next controller's takeover offset tells the history which intents never committed.
+
+
+def takeover(controller_id: int, controller_epoch: int, offset: int) -> events.ControllerElected:
+    return events.ControllerElected(controller=controller_id, controller_epoch=controller_epoch, metadata_offset=offset)
+
+
+def at(event: events.Event, controller_epoch: int, offset: int) -> events.Event:
+    return events.stamped(event, controller_epoch, offset)
+
+
+def first_term(*then: Event) -> list[Envelope]:
+    """Controller 100, epoch 1, took over at offset 1 and created the topic at offset 2."""
+    return emitted(
+        controller(100), 1_000, takeover(100, 1, 1), at(created(), 1, 2), at(changed(0, 1, (1, 2, 3)), 1, 2), *then
+    )
+
+
+def test_an_intent_overtaken_by_the_next_takeover_is_left_out_and_the_next_controllers_decision_stands() -> None:
+    """Given epoch 1 killed after storing the events of a shrink to [1, 2] at offset 3 but before appending it,
+    and epoch 2 taking over at offset 3 and shrinking to [1, 3], when the history is rebuilt, then the partition is
+    epoch 2's, epoch 1's intent is listed as abandoned, and nothing is reported."""
+    history = first_term(at(changed(1, 1, (1, 2)), 1, 3))
+    history += emitted(controller(200), 5_000, takeover(200, 2, 3), at(changed(1, 1, (1, 3)), 2, 4))
+    state = rebuild(history)
+    assert state.partitions[(T, 0)] == PartitionState((1, 2, 3), (1, 3), (), (), 1, 0, 1)
+    assert [(a.event_type, a.controller_epoch, a.metadata_offset, a.committed_below) for a in state.abandoned] == [
+        ("PartitionChanged", 1, 3, 3)
+    ]
+    assert state.anomalies == ()
+
+
+def test_without_the_rule_the_abandoned_intent_would_win() -> None:
+    """The same history with its stamps removed (version 1 events): the fold keeps epoch 1's intent and reports
+    epoch 2's committed change as a contradiction. The stamps are what tell them apart."""
+    history = emitted(
+        controller(100), 1_000, elected(100, 1), created(), changed(0, 1, (1, 2, 3)), changed(1, 1, (1, 2))
+    )
+    history += emitted(controller(200), 5_000, elected(200, 2), changed(1, 1, (1, 3)))
+    state = rebuild(history)
+    assert state.partitions[(T, 0)].isr == (1, 2)
+    assert details(state) == ["PartitionChanged: partition epoch 1 after 1"]
+
+
+def test_a_decision_below_the_next_takeover_committed_and_is_kept() -> None:
+    history = first_term(at(changed(1, 1, (1, 2)), 1, 3))
+    history += emitted(controller(200), 5_000, takeover(200, 2, 4), at(changed(2, 2, (2,), leader_epoch=1), 2, 5))
+    state = rebuild(history)
+    assert state.partitions[(T, 0)] == PartitionState((1, 2, 3), (2,), (), (), 2, 1, 2)
+    assert (state.abandoned, state.anomalies) == ((), ())
+
+
+def test_the_last_controllers_last_intent_counts_as_committed_until_a_takeover_says_otherwise() -> None:
+    state = rebuild(first_term(at(changed(1, 1, (1, 2)), 1, 3)))
+    assert state.partitions[(T, 0)].isr == (1, 2)
+    assert state.abandoned == ()
+
+
+def test_a_failed_takeover_without_its_controller_elected_does_not_hide_a_decision() -> None:
+    """Epoch 2's takeover batch was fenced (epoch 1's late append landed first), so epoch 2 never announced
+    itself; epoch 3 took over after that batch. Epoch 1's decision at offset 3 committed."""
+    history = first_term(at(changed(1, 1, (1, 2)), 1, 3))
+    history += emitted(controller(200), 5_000, takeover(200, 3, 4))
+    assert rebuild(history).partitions[(T, 0)].isr == (1, 2)
+
+
+def test_an_intent_whose_append_was_fenced_is_left_out_even_when_the_takeover_that_fenced_it_is_missing() -> None:
+    """The double fault: epoch 2 took over at offset 3 (fencing epoch 1's append of offset 3) and was killed before
+    its ControllerElected; epoch 3 took over at 4. Epoch 1's own ControllerDeposed (append_fenced, after offset 2)
+    says its intent at 3 never landed."""
+    fenced = events.ControllerDeposed(controller=100, controller_epoch=1, reason="append_fenced", metadata_offset=2)
+    history = first_term(at(changed(1, 1, (1, 2)), 1, 3), fenced)
+    history += emitted(controller(200), 5_000, takeover(200, 3, 4), at(changed(1, 1, (1, 3)), 3, 5))
+    state = rebuild(history)
+    assert state.partitions[(T, 0)].isr == (1, 3)
+    assert [(a.metadata_offset, a.committed_below) for a in state.abandoned] == [(3, 3)]
+    assert state.anomalies == ()
+
+
+def test_an_append_that_failed_with_an_unknown_outcome_hides_nothing() -> None:
+    """append_failed (a timeout): the batch may have landed, so only a takeover decides."""
+    failed = events.ControllerDeposed(controller=100, controller_epoch=1, reason="append_failed", metadata_offset=2)
+    history = first_term(at(changed(1, 1, (1, 2)), 1, 3), failed)
+    history += emitted(controller(200), 5_000, takeover(200, 2, 4))
+    assert rebuild(history).partitions[(T, 0)].isr == (1, 2)
+
+
+def test_a_deposed_controllers_event_changes_no_partition() -> None:
+    deposed = events.ControllerDeposed(controller=100, controller_epoch=1, reason="append_fenced", metadata_offset=2)
+    state = rebuild(first_term(deposed))
+    assert state.partitions[(T, 0)].isr == (1, 2, 3)
+    assert (state.abandoned, state.anomalies) == ((), ())
+
+
+def test_two_committed_decisions_of_different_epochs_at_one_offset_are_reported() -> None:
+    """A batch has one writer: epoch 2 claiming offset 2, below its own takeover, contradicts epoch 1's."""
+    history = first_term()
+    history += emitted(controller(200), 5_000, takeover(200, 2, 3), at(changed(1, 1, (1, 3)), 2, 2))
+    assert details(rebuild(history)) == [
+        "PartitionChanged: decisions of controller epochs 1 and 2 at metadata offset 2"
+    ]

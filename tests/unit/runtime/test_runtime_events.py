@@ -52,12 +52,18 @@ def test_state_changes_log_at_info_and_per_request_events_at_debug(events_level:
     logger = RecordingLogger()
     sink = LogEventSink(logger)
     sink.emit(APPENDED)
-    sink.emit(BrokerFenced(broker=2, broker_epoch=7, reason="session_timeout"))
+    sink.emit(BrokerFenced(broker=2, broker_epoch=7, reason="session_timeout", controller_epoch=3, metadata_offset=9))
     assert [(level, event) for level, event, _ in logger.lines] == [
         ("debug", "RecordsAppended"),
         ("info", "BrokerFenced"),
     ]
-    assert logger.lines[1][2] == {"broker": 2, "broker_epoch": 7, "reason": "session_timeout"}
+    assert logger.lines[1][2] == {
+        "broker": 2,
+        "broker_epoch": 7,
+        "reason": "session_timeout",
+        "controller_epoch": 3,
+        "metadata_offset": 9,
+    }
     assert sink.counts == {"RecordsAppended": 1, "BrokerFenced": 1}
 
 
@@ -66,6 +72,6 @@ def test_per_request_events_are_not_even_formatted_above_debug(events_level: log
     logger = RecordingLogger()
     sink = LogEventSink(logger)
     sink.emit(APPENDED)
-    sink.emit(BrokerFenced(broker=2, broker_epoch=7, reason="session_timeout"))
+    sink.emit(BrokerFenced(broker=2, broker_epoch=7, reason="session_timeout", controller_epoch=3, metadata_offset=9))
     assert [(level, event) for level, event, _ in logger.lines] == [("info", "BrokerFenced")]
     assert sink.counts == {"RecordsAppended": 1, "BrokerFenced": 1}

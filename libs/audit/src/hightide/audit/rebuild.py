@@ -16,6 +16,21 @@ Order. Events are first put in the order their emitters gave them:
    be a process that started before the one it replaces; within a topic's life, PartitionChanged is then taken
    by `partition_epoch`, never by which controller said it.
 
+Controller decisions are written ahead (hightide.protocol.events' rules): a controller stores a decision's events,
+stamped with its controller epoch E and the metadata offset the decision lands at, before it appends the
+decision's records, so a controller killed or fenced in between leaves events for a decision that never
+committed. The takeover offset of a controller epoch is its ControllerElected's `metadata_offset`: its first batch,
+written before it decides anything, so no append of an earlier epoch can land at or after it. Hence the rule:
+
+    a decision event of epoch E at metadata offset s never committed  <=>  s >= the takeover offset of the first
+    controller epoch after E that has a ControllerElected, or s > the metadata offset of E's ControllerDeposed
+    with reason append_fenced (the stream refused E's next append: nothing of E's landed after that offset)
+
+and such an abandoned intent is left out of the fold (and listed in `ClusterState.abandoned`). With neither, the
+decision counts as committed (its controller may still be appending it). Events without a stamp (version 1, -1)
+are always kept. Two kept decisions of different controller epochs at one metadata offset contradict the rule and
+are reported as an anomaly.
+
 Replica rules, keyed by (topic, partition, broker):
 
 | event                  | the replica after it                                                                 |
@@ -37,7 +52,8 @@ The epoch rules are Kafka's LeaderEpochFileCache (`hightide.audit.epochs`).
 Partition rules, keyed by (topic, partition): TopicCreated begins a topic's life (its partitions are then those
 its PartitionChanged events say); PartitionChanged replaces the partition's state when its partition_epoch is
 above the one held; TopicDeleted ends the life and removes the partitions. A topic created again under the same
-name starts over (its partition epochs start at 0 again).
+name starts over (its partition epochs start at 0 again). Offline replicas: ReplicaMarkedOffline adds its replica
+to the partition's offline set; a BrokerRegistered of that broker, or the end of the topic's life, clears it.
 
 The rebuild is not blind: wherever an event states what it expects of the state before it (RecordsAppended's
 base offset, HighWatermarkAdvanced's previous HW, LogTruncated's LEO and HW before, the LEO and HW in
@@ -48,6 +64,7 @@ records an `Anomaly`. A history with a lost or reordered event shows up there, o
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -92,10 +109,28 @@ class Anomaly:
 
 
 @dataclass(frozen=True, slots=True)
+class AbandonedIntent:
+    """A controller decision whose events were stored but whose records never committed: its metadata offset is
+    at or past `committed_below`, the offset from which its controller epoch wrote nothing (the next epoch's
+    takeover batch, or the offset its fenced append was refused at)."""
+
+    emitter: Emitter
+    sequence: int
+    event_type: str
+    controller_epoch: int
+    metadata_offset: int
+    committed_below: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterState:
     replicas: Mapping[ReplicaKey, ReplicaState]
     partitions: Mapping[PartitionKey, PartitionState]
     anomalies: tuple[Anomaly, ...] = ()
+    offline_replicas: Mapping[PartitionKey, tuple[int, ...]] = field(default_factory=dict)
+    """Each partition's replicas marked offline (sorted), for partitions that have any."""
+    abandoned: tuple[AbandonedIntent, ...] = ()
+    """The controller decisions left out because they never committed (in history order)."""
 
 
 EMPTY_REPLICA: Final = ReplicaState(0, 0, 0, ())
@@ -113,7 +148,15 @@ def rebuild(envelopes: Iterable[Envelope]) -> ClusterState:
     partitions = _PartitionFold(anomalies)
     for envelope in controller_order(streams):
         partitions.apply(envelope)
-    return ClusterState(dict(sorted(replicas.states.items())), partitions.result(), tuple(anomalies))
+    abandoned = abandoned_intents(streams)
+    _check_one_decision_per_offset(streams, anomalies)
+    return ClusterState(
+        dict(sorted(replicas.states.items())),
+        partitions.result(),
+        tuple(anomalies),
+        partitions.offline_result(),
+        tuple(abandoned),
+    )
 
 
 # -- ordering --------------------------------------------------------------------------------------------------
@@ -150,8 +193,10 @@ def emitter_streams(
 
 
 def controller_order(streams: Mapping[tuple[str, int], list[Envelope]]) -> list[Envelope]:
-    """Every emitter's metadata events (ControllerElected, TopicCreated, TopicDeleted, PartitionChanged), cut into
-    terms at ControllerElected and ordered by (controller epoch, first wall_ms, emitter)."""
+    """Every emitter's metadata events (TopicCreated, TopicDeleted, PartitionChanged, ReplicaMarkedOffline,
+    BrokerRegistered), cut into terms at ControllerElected and ordered by (controller epoch, first wall_ms,
+    emitter), without the abandoned intents (decisions that never committed, see the module docstring)."""
+    takeovers = Takeovers.of(streams)
     terms: list[tuple[tuple[int, int, str, int, str], list[Envelope]]] = []
     for (service, emitter_id), stream in streams.items():
         term: list[Envelope] = []
@@ -162,7 +207,7 @@ def controller_order(streams: Mapping[tuple[str, int], list[Envelope]]) -> list[
                 if term:
                     terms.append((_term_key(controller_epoch, term[0], service, emitter_id), term))
                 term, controller_epoch = [], event.controller_epoch
-            if isinstance(event, _METADATA_EVENTS):
+            if isinstance(event, _METADATA_EVENTS) and takeovers.overtaking(event) is None:
                 term.append(envelope)
         if term:
             terms.append((_term_key(controller_epoch, term[0], service, emitter_id), term))
@@ -172,6 +217,86 @@ def controller_order(streams: Mapping[tuple[str, int], list[Envelope]]) -> list[
 
 def _term_key(controller_epoch: int, first: Envelope, service: str, emitter_id: int) -> tuple[int, int, str, int, str]:
     return (controller_epoch, first.wall_ms, service, emitter_id, first.emitter.incarnation)
+
+
+@dataclass(frozen=True, slots=True)
+class Takeovers:
+    """Where each controller epoch's writing ended: the takeover offsets of the epochs after it (each
+    ControllerElected's metadata offset), and the offset a fenced append of its own was refused at."""
+
+    epochs: tuple[int, ...]  # ascending
+    next_takeover: tuple[int, ...]  # next_takeover[i]: the least takeover offset of epochs[i:]
+    fenced_at: Mapping[int, int]  # controller epoch -> the offset its refused append would have landed at
+
+    @classmethod
+    def of(cls, streams: Mapping[tuple[str, int], list[Envelope]]) -> Takeovers:
+        offsets: dict[int, int] = {}
+        fenced_at: dict[int, int] = {}
+        for stream in streams.values():
+            for envelope in stream:
+                event = envelope.event
+                if isinstance(event, events.ControllerElected) and event.metadata_offset >= 0:
+                    held = offsets.get(event.controller_epoch, event.metadata_offset)
+                    offsets[event.controller_epoch] = min(held, event.metadata_offset)
+                if isinstance(event, events.ControllerDeposed):
+                    cls._fenced(event, fenced_at)
+        epochs = sorted(offsets)
+        least: list[int] = []
+        for epoch in reversed(epochs):
+            least.append(min(offsets[epoch], least[-1]) if least else offsets[epoch])
+        return cls(tuple(epochs), tuple(reversed(least)), fenced_at)
+
+    @staticmethod
+    def _fenced(deposed: events.ControllerDeposed, fenced_at: dict[int, int]) -> None:
+        """An append refused by the stream: nothing of that epoch landed after the last offset it knew."""
+        if deposed.reason == "append_fenced" and deposed.metadata_offset >= 0:
+            fenced_at[deposed.controller_epoch] = deposed.metadata_offset + 1
+
+    def committed_below(self, controller_epoch: int) -> int | None:
+        """The offset from which `controller_epoch` wrote nothing, if the history knows one."""
+        index = bisect.bisect_right(self.epochs, controller_epoch)
+        bounds = [self.next_takeover[index]] if index < len(self.epochs) else []
+        if controller_epoch in self.fenced_at:
+            bounds.append(self.fenced_at[controller_epoch])
+        return min(bounds, default=None)
+
+    def overtaking(self, event: Event) -> int | None:
+        """For a decision that never committed, the offset its epoch's writing ended at; None for any other
+        event."""
+        stamp = events.decision_stamp(event)
+        if stamp is None or stamp[0] < 0 or stamp[1] < 0:
+            return None
+        bound = self.committed_below(stamp[0])
+        return bound if bound is not None and stamp[1] >= bound else None
+
+
+def abandoned_intents(streams: Mapping[tuple[str, int], list[Envelope]]) -> list[AbandonedIntent]:
+    """Every controller decision in the history that never committed (the rule in the module docstring)."""
+    takeovers = Takeovers.of(streams)
+    found = []
+    for stream in streams.values():
+        for envelope in stream:
+            takeover = takeovers.overtaking(envelope.event)
+            stamp = events.decision_stamp(envelope.event)
+            if takeover is not None and stamp is not None:
+                emitter, sequence, name = envelope.emitter, envelope.sequence, envelope.event.TYPE
+                found.append(AbandonedIntent(emitter, sequence, name, stamp[0], stamp[1], takeover))
+    return found
+
+
+def _check_one_decision_per_offset(streams: Mapping[tuple[str, int], list[Envelope]], anomalies: list[Anomaly]) -> None:
+    """Kept decisions at one metadata offset are of one controller epoch: a batch has one writer."""
+    takeovers = Takeovers.of(streams)
+    writers: dict[int, int] = {}
+    for stream in streams.values():
+        for envelope in stream:
+            stamp = events.decision_stamp(envelope.event)
+            if stamp is None or stamp[0] < 0 or stamp[1] < 0 or takeovers.overtaking(envelope.event) is not None:
+                continue
+            writer = writers.setdefault(stamp[1], stamp[0])
+            if writer != stamp[0]:
+                detail = f"decisions of controller epochs {writer} and {stamp[0]} at metadata offset {stamp[1]}"
+                anomalies.append(_anomaly(envelope, detail))
 
 
 # -- replicas --------------------------------------------------------------------------------------------------
@@ -328,7 +453,13 @@ class _ReplicaFold:
 
 # -- partitions ------------------------------------------------------------------------------------------------
 
-_METADATA_EVENTS: Final = (events.TopicCreated, events.TopicDeleted, events.PartitionChanged)
+_METADATA_EVENTS: Final = (
+    events.TopicCreated,
+    events.TopicDeleted,
+    events.PartitionChanged,
+    events.ReplicaMarkedOffline,
+    events.BrokerRegistered,
+)
 
 
 @dataclass(slots=True)
@@ -337,10 +468,16 @@ class _PartitionFold:
     topic_ids: dict[str, str] = field(default_factory=dict)  # live topics: name -> topic id
     deleted: set[str] = field(default_factory=set)  # names whose last life ended
     partitions: dict[PartitionKey, PartitionState] = field(default_factory=dict)
+    offline: dict[PartitionKey, set[int]] = field(default_factory=dict)
 
     def apply(self, envelope: Envelope) -> None:
         event = envelope.event
-        if isinstance(event, events.TopicCreated):
+        if isinstance(event, events.ReplicaMarkedOffline):
+            self.offline.setdefault((event.topic, event.partition), set()).add(event.replica)
+        elif isinstance(event, events.BrokerRegistered):
+            for replicas in self.offline.values():
+                replicas.discard(event.broker)
+        elif isinstance(event, events.TopicCreated):
             if event.topic in self.topic_ids:
                 self._note(envelope, f"topic {event.topic} created again while it exists")
             self._forget(event.topic)
@@ -381,9 +518,14 @@ class _PartitionFold:
     def _forget(self, topic: str) -> None:
         for key in [key for key in self.partitions if key[0] == topic]:
             del self.partitions[key]
+        for key in [key for key in self.offline if key[0] == topic]:
+            del self.offline[key]
 
     def result(self) -> dict[PartitionKey, PartitionState]:
         return dict(sorted(self.partitions.items()))
+
+    def offline_result(self) -> dict[PartitionKey, tuple[int, ...]]:
+        return {key: tuple(sorted(replicas)) for key, replicas in sorted(self.offline.items()) if replicas}
 
     def _note(self, envelope: Envelope, detail: str) -> None:
         self.anomalies.append(_anomaly(envelope, detail))
@@ -394,12 +536,15 @@ def _anomaly(envelope: Envelope, detail: str) -> Anomaly:
 
 
 __all__ = [
+    "AbandonedIntent",
     "Anomaly",
     "ClusterState",
     "PartitionKey",
     "PartitionState",
     "ReplicaKey",
     "ReplicaState",
+    "Takeovers",
+    "abandoned_intents",
     "controller_order",
     "emitter_streams",
     "rebuild",

@@ -54,6 +54,9 @@ class BrokerRegistration:
     fenced: bool
     in_controlled_shutdown: bool
     registration_offset: int
+    offline_replicas: frozenset[tuple[str, int]] = frozenset()
+    """Its replicas whose log storage refused, by (topic id, partition): KIP-858's offline log directories. They
+    may not lead nor join an ISR or ELR until the broker registers again (after its log recovery)."""
 
     @property
     def active(self) -> bool:
@@ -199,6 +202,11 @@ class MetadataImage:
                 if record.in_controlled_shutdown is None
                 else record.in_controlled_shutdown
             ),
+            offline_replicas=(
+                current.offline_replicas
+                if record.offline_replicas is None
+                else frozenset((topic_id, partition) for topic_id, partition in record.offline_replicas)
+            ),
         )
         return replace(self, brokers={**self.brokers, record.broker_id: changed})
 
@@ -239,7 +247,15 @@ class MetadataImage:
         topic = self.topics.get(record.topic_id)
         assert topic is not None, record
         topics = {i: t for i, t in self.topics.items() if i != record.topic_id}
-        return replace(self, topics=topics, topic_ids={n: i for n, i in self.topic_ids.items() if n != topic.name})
+        # The topic's offline replicas go with it (as Kafka's directory assignments do).
+        brokers = {
+            b: r
+            if not any(t == record.topic_id for t, _ in r.offline_replicas)
+            else replace(r, offline_replicas=frozenset(ref for ref in r.offline_replicas if ref[0] != record.topic_id))
+            for b, r in self.brokers.items()
+        }
+        topic_ids = {n: i for n, i in self.topic_ids.items() if n != topic.name}
+        return replace(self, topics=topics, topic_ids=topic_ids, brokers=brokers)
 
     def _with_topic(self, topic: TopicImage) -> MetadataImage:
         return replace(self, topics={**self.topics, topic.topic_id: topic})
@@ -265,6 +281,17 @@ class MetadataImage:
     def fenced_brokers(self) -> tuple[int, ...]:
         return tuple(sorted(b for b, r in self.brokers.items() if r.fenced))
 
+    def replica_offline(self, broker_id: int, topic: str, partition: int) -> bool:
+        """Whether the broker reported its replica of the partition offline (since it last registered)."""
+        registration = self.brokers.get(broker_id)
+        topic_id = self.topic_ids.get(topic)
+        return registration is not None and (topic_id, partition) in registration.offline_replicas
+
+    def is_eligible_replica(self, broker_id: int, topic: str, partition: int) -> bool:
+        """May lead this partition and join its ISR or ELR: its broker is active and its replica is not offline
+        (Kafka's LeaderAcceptor and AlterPartition's eligibility with KIP-858's log directories)."""
+        return self.is_active(broker_id) and not self.replica_offline(broker_id, topic, partition)
+
     # -- topics and partitions ----------------------------------------------------------------------------------
 
     def topic(self, name: str) -> TopicImage | None:
@@ -289,6 +316,22 @@ class MetadataImage:
 
     def partitions_with_elr_member(self, broker_id: int) -> tuple[TopicPartition, ...]:
         return tuple(tp for tp, p in self.all_partitions() if broker_id in p.elr)
+
+    def offline_replicas(self, topic: str, partition: int) -> tuple[int, ...]:
+        """The partition's replicas whose broker reported them offline, in replica order (Kafka's
+        MetadataResponse offline_replicas)."""
+        registration = self.partition(topic, partition)
+        if registration is None:
+            return ()
+        return tuple(r for r in registration.replicas if self.replica_offline(r, topic, partition))
+
+    def partitions_offline_on(self, broker_id: int) -> tuple[TopicPartition, ...]:
+        """The partitions whose replica on this broker is offline, by topic name and partition id."""
+        registration = self.brokers.get(broker_id)
+        if registration is None:
+            return ()
+        names = {topic_id: name for name, topic_id in self.topic_ids.items()}
+        return tuple(sorted(TopicPartition(names[t], p) for t, p in registration.offline_replicas if t in names))
 
     def leaderless_partitions(self) -> tuple[TopicPartition, ...]:
         """Offline partitions: Kafka's OfflinePartitionsCount counts these."""

@@ -940,6 +940,7 @@ def metadata_response(image: MetadataImage, topics: tuple[str, ...] | None) -> w
                 isr=p.isr,
                 elr=p.elr,
                 last_known_elr=p.last_known_elr,
+                offline_replicas=image.offline_replicas(name, index),
             )
             for index, p in enumerate(topic.partitions)
         )

@@ -15,7 +15,9 @@ and when it happened before it goes to the outbox and the `EVENTS` stream:
 | event          | the event itself                                                                          |
 
 On the wire an envelope is a msgpack map; `decode_envelope` checks every field (sizes included, by the
-catalogue's `check_event`) and raises `InvalidEvent` for anything else, so a reader never holds a bad event.
+catalogue's `check_event`) and raises `InvalidEvent` for anything else, so a reader never holds a bad event. An
+event of an older version of its type is upcast to the current one as it is read (`events.upcast`), so every
+reader (the lake, the rebuild, `events tail`) holds current events only.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from hightide.protocol.events import (
     InvalidEvent,
     check_event,
     field_hints,
+    upcast,
 )
 
 SERVICES: Final = frozenset({"broker", "controller", "producer", "consumer", "archiver", "canary"})
@@ -100,10 +103,13 @@ def from_plain(plain: object) -> Envelope:
     event_class = CATALOGUE.get(plain["type"]) if isinstance(plain["type"], str) else None
     if event_class is None:
         raise InvalidEvent(f"unknown event type {plain['type']!r}")
-    if plain["version"] != event_class.VERSION:
-        # Upcasting an older version happens here when a type first changes; until then there is one version.
-        raise InvalidEvent(f"{event_class.TYPE} version {plain['version']!r}: this reader knows {event_class.VERSION}")
-    event = _event(event_class, plain["event"])
+    version = plain["version"]
+    if not _is_int(version, 1, event_class.VERSION):
+        raise InvalidEvent(f"{event_class.TYPE} version {version!r}: this reader knows 1 to {event_class.VERSION}")
+    fields = plain["event"]
+    if version < event_class.VERSION and isinstance(fields, dict):
+        fields = upcast(event_class, version, fields)  # an older version reads as the current one (events.py rules)
+    event = _event(event_class, fields)
     emitter = Emitter(plain["service"], plain["emitter_id"], plain["incarnation"])
     return Envelope(plain["cluster_id"], emitter, plain["sequence"], plain["wall_ms"], plain["mono_ns"], event)
 

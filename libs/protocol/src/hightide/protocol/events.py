@@ -7,7 +7,11 @@ clocks) and stores it. Simulated and real histories share this one schema, and t
 Rules for this module:
 - One class per event type, named for what happened (`LogTruncated`, never `TruncateLog`).
 - `VERSION` starts at 1 and goes up when a field is added, renamed or changes meaning; old versions are upcast
-  where events are read, never rewritten.
+  where events are read (`upcast`, used by the envelope's decoder), never rewritten. A field added in version v
+  has a default, and `FIELDS_ADDED[v]` names it: an older event reads as one with that default.
+- Every event a controller decides carries `controller_epoch` and `metadata_offset` (its decision's place in the
+  metadata log): the events are written before the decision is appended, as its intent, and the history keeps
+  only those whose decision committed (`hightide.audit.rebuild`). -1: not known (a version 1 event).
 - Every integer field is sized (`Int32`, `Int64`) as Kafka sizes the same quantity; `check_event` enforces it.
 - Replica and broker ids are Int32, offsets Int64, epochs Int32, times in ms Int64.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, Final, TypeVar
 
@@ -44,19 +49,58 @@ class Event:
 
     TYPE: ClassVar[str] = ""
     VERSION: ClassVar[int] = 1
+    FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {}
+    """The fields each version after the first added (each with a default), by version."""
 
 
 CATALOGUE: dict[str, type[Event]] = {}
 E = TypeVar("E", bound=type[Event])
+E2 = TypeVar("E2", bound=Event)
+
+NO_CONTROLLER_EPOCH: Final = -1
+NO_METADATA_OFFSET: Final = -1
+_STAMP: Final = ("controller_epoch", "metadata_offset")
 
 
 def catalogued(cls: E) -> E:
     """Add an event class to the catalogue under its class name."""
     assert cls.__name__ not in CATALOGUE, f"duplicate event type {cls.__name__}"
     assert cls.__doc__, f"{cls.__name__} needs a docstring: it is the catalogue's documentation"
+    assert sorted(cls.FIELDS_ADDED) == list(range(2, cls.VERSION + 1)), f"{cls.__name__}: one FIELDS_ADDED per version"
+    defaults = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    added = {name for names in cls.FIELDS_ADDED.values() for name in names}
+    assert added <= defaults, f"{cls.__name__}: fields added after version 1 need defaults: {sorted(added - defaults)}"
     cls.TYPE = cls.__name__
     CATALOGUE[cls.__name__] = cls
     return cls
+
+
+def upcast(event_class: type[Event], version: int, fields: Mapping[str, object]) -> dict[str, object]:
+    """An older version's fields as the current version's: each field added since takes its default. A version
+    this reader does not know (newer, or below 1) is an InvalidEvent."""
+    if not 1 <= version <= event_class.VERSION:
+        raise InvalidEvent(f"{event_class.TYPE} version {version!r}: this reader knows 1 to {event_class.VERSION}")
+    upcast_fields = dict(fields)
+    defaults = {f.name: f.default for f in dataclasses.fields(event_class)}
+    for added_in in range(version + 1, event_class.VERSION + 1):
+        for name in event_class.FIELDS_ADDED[added_in]:
+            upcast_fields.setdefault(name, defaults[name])
+    return upcast_fields
+
+
+def decision_stamp(event: Event) -> tuple[int, int] | None:
+    """(controller epoch, metadata offset) of an event a controller decided, or None for any other event."""
+    if not all(hasattr(event, name) for name in _STAMP) or isinstance(event, ControllerElected | ControllerDeposed):
+        return None
+    return getattr(event, "controller_epoch"), getattr(event, "metadata_offset")  # noqa: B009 (not every Event)
+
+
+def stamped(event: E2, controller_epoch: int, metadata_offset: int) -> E2:
+    """The event with its decision's controller epoch and metadata offset (the event as it was, if it is not one
+    a controller decides)."""
+    if decision_stamp(event) is None:
+        return event
+    return dataclasses.replace(event, controller_epoch=controller_epoch, metadata_offset=metadata_offset)  # type: ignore[call-arg]
 
 
 class InvalidEvent(ValueError):
@@ -431,12 +475,17 @@ class ProduceCompleted(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerRegistered(Event):
     """A broker registered (or re-registered) with a new broker epoch; `previous_broker_epoch` is the epoch its
-    clean-shutdown marker recorded (-1 after an unclean shutdown)."""
+    clean-shutdown marker recorded (-1 after an unclean shutdown). Its replicas marked offline are online again."""
+
+    VERSION: ClassVar[int] = 2
+    FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("controller_epoch", "metadata_offset")}
 
     broker: Int32
     broker_epoch: Int64
     previous_broker_epoch: Int64
     fenced: bool
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
 
 
 @catalogued
@@ -444,9 +493,14 @@ class BrokerRegistered(Event):
 class BrokerFenced(Event):
     """The controller fenced a broker: `reason` is session_timeout, controlled_shutdown or unregistered."""
 
+    VERSION: ClassVar[int] = 2
+    FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("controller_epoch", "metadata_offset")}
+
     broker: Int32
     broker_epoch: Int64
     reason: str
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
 
 
 @catalogued
@@ -454,8 +508,13 @@ class BrokerFenced(Event):
 class BrokerUnfenced(Event):
     """The controller unfenced a broker: it may lead and join ISRs again."""
 
+    VERSION: ClassVar[int] = 2
+    FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("controller_epoch", "metadata_offset")}
+
     broker: Int32
     broker_epoch: Int64
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
 
 
 @catalogued
@@ -463,8 +522,29 @@ class BrokerUnfenced(Event):
 class ControlledShutdownStarted(Event):
     """A broker asked to shut down; the controller moves its leaderships away before fencing it."""
 
+    VERSION: ClassVar[int] = 2
+    FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("controller_epoch", "metadata_offset")}
+
     broker: Int32
     broker_epoch: Int64
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaMarkedOffline(Event):
+    """The controller recorded that a broker's replica is offline: its storage refused an append or a truncation
+    (Kafka's offline log directory, KIP-858). It leaves the ISR and ELR (a PartitionChanged with reason
+    replica_offline follows, and a LeaderElected if it led) and may not lead or rejoin until its broker registers
+    again: a BrokerRegistered of that broker brings every replica of the broker back."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    broker_epoch: Int64
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
 
 
 @catalogued
@@ -472,11 +552,16 @@ class ControlledShutdownStarted(Event):
 class TopicCreated(Event):
     """A topic came into being with its partitions' replica assignment."""
 
+    VERSION: ClassVar[int] = 2
+    FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("controller_epoch", "metadata_offset")}
+
     topic: str
     topic_id: str
     partitions: Int32
     replication_factor: Int32
     configs: tuple[tuple[str, str], ...]
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
 
 
 @catalogued
@@ -485,8 +570,13 @@ class TopicConfigsAltered(Event):
     """Configs of a topic were set or removed (Kafka's IncrementalAlterConfigs): `configs` holds each changed name
     with its new value, or None where the config was removed and the broker default applies again."""
 
+    VERSION: ClassVar[int] = 2
+    FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("controller_epoch", "metadata_offset")}
+
     topic: str
     configs: tuple[tuple[str, str | None], ...]
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
 
 
 @catalogued
@@ -494,8 +584,13 @@ class TopicConfigsAltered(Event):
 class TopicDeleted(Event):
     """A topic and all its partitions were removed from the metadata."""
 
+    VERSION: ClassVar[int] = 2
+    FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("controller_epoch", "metadata_offset")}
+
     topic: str
     topic_id: str
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
 
 
 @catalogued
@@ -503,7 +598,10 @@ class TopicDeleted(Event):
 class PartitionChanged(Event):
     """The controller committed a partition's new state (every change bumps `partition_epoch`). `reason`:
     created, isr_shrink, isr_expand, election, controlled_shutdown, broker_fenced, broker_unfenced,
-    broker_restarted, unclean_shutdown, broker_unregistered, reassignment."""
+    broker_restarted, unclean_shutdown, broker_unregistered, replica_offline, reassignment."""
+
+    VERSION: ClassVar[int] = 2
+    FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("controller_epoch", "metadata_offset")}
 
     topic: str
     partition: Int32
@@ -515,6 +613,8 @@ class PartitionChanged(Event):
     leader_epoch: Int32
     partition_epoch: Int32
     reason: str
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
 
 
 @catalogued
@@ -524,21 +624,47 @@ class LeaderElected(Event):
     unclean, last_known_leader (KIP-966's balanced recovery: ISR and ELR empty, the last leader returns; Kafka
     counts it unclean), preferred, or controlled_shutdown."""
 
+    VERSION: ClassVar[int] = 2
+    FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("controller_epoch", "metadata_offset")}
+
     topic: str
     partition: Int32
     previous_leader: Int32
     leader: Int32
     leader_epoch: Int32
     election: str
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
 
 
 @catalogued
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ControllerElected(Event):
-    """A controller won the lease and fenced its predecessors with a higher controller epoch."""
+    """A controller won the lease and fenced its predecessors with a higher controller epoch. `metadata_offset` is
+    where its takeover batch landed in the metadata log: the log's end offset when it took over (KRaft's leader
+    writes a LeaderChange record first for the same reason). A decision of an earlier controller epoch at that
+    offset or after it never committed."""
+
+    VERSION: ClassVar[int] = 2
+    FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("metadata_offset",)}
 
     controller: Int32
     controller_epoch: Int32
+    metadata_offset: Int64 = NO_METADATA_OFFSET
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerDeposed(Event):
+    """A controller stepped down and stands by: `reason` lease_lost (another holds the lease, or it lapsed on the
+    local clock), append_fenced (the metadata log moved on without it), append_failed (the outcome of its last
+    append is unknown), nats_error, or shutdown. `metadata_offset` is the last metadata log offset it knows
+    committed."""
+
+    controller: Int32
+    controller_epoch: Int32
+    reason: str
+    metadata_offset: Int64 = NO_METADATA_OFFSET
 
 
 @catalogued
@@ -546,14 +672,22 @@ class ControllerElected(Event):
 class ProducerIdsAllocated(Event):
     """The controller handed out producer ids `first_producer_id` .. `next_producer_id - 1` (InitProducerId)."""
 
+    VERSION: ClassVar[int] = 2
+    FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("controller_epoch", "metadata_offset")}
+
     first_producer_id: Int64
     next_producer_id: Int64
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
 
 
 @catalogued
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterPartitionAnswered(Event):
     """The controller answered a leader's AlterPartition (error NONE: the ISR change was committed)."""
+
+    VERSION: ClassVar[int] = 2
+    FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("controller_epoch", "metadata_offset")}
 
     topic: str
     partition: Int32
@@ -562,6 +696,8 @@ class AlterPartitionAnswered(Event):
     partition_epoch: Int32
     proposed_isr: BrokerIds
     error: str
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
 
 
 # -- the clients' own view: what they asked for and what they were told (Jepsen's invoke / ok / fail / info) --------

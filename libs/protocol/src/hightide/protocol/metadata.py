@@ -10,7 +10,8 @@ Kafka's names and meanings (`metadata/src/main/resources/common/metadata/*.json`
 | ------------------------------- | ------------------------------------------------------------------------ |
 | RegisterBrokerRecord            | endpoints, rack, features, log dirs (`previous_broker_epoch` is kept so |
 |                                 | the log itself says whether the broker registered after a clean stop)   |
-| BrokerRegistrationChangeRecord  | log dirs; `None` stands for Kafka's "no change" value of each flag      |
+| BrokerRegistrationChangeRecord  | log dirs, replaced by `offline_replicas` (the broker's replicas whose    |
+|                                 | log is unusable); `None` stands for Kafka's "no change" of each field   |
 | PartitionRecord                 | removing/adding replicas, directories, leader recovery state            |
 | PartitionChangeRecord           | replicas, removing/adding replicas, directories, leader recovery state  |
 | ConfigRecord                    | resource type (always a topic here); `value` None deletes the key       |
@@ -28,6 +29,9 @@ from typing import Final
 import msgpack
 
 from hightide.protocol.events import BrokerIds, Int32, Int64
+
+ReplicaRefs = tuple[tuple[str, Int32], ...]
+"""Replicas of one broker by (topic id, partition)."""
 
 NO_LEADER: Final = -1
 """The `leader` of a partition that has none."""
@@ -49,12 +53,16 @@ class RegisterBrokerRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerRegistrationChangeRecord:
-    """A registered broker was fenced or unfenced, or entered controlled shutdown. `None`: no change."""
+    """A registered broker was fenced or unfenced, entered controlled shutdown, or reported replicas offline.
+    `None`: no change. `offline_replicas` is the broker's whole set of offline replicas after the change, as
+    (topic id, partition), sorted (KIP-858 writes the broker's remaining online log dirs the same way); the set is
+    emptied by the broker's next registration, after its log recovery."""
 
     broker_id: Int32
     broker_epoch: Int64
     fenced: bool | None = None
     in_controlled_shutdown: bool | None = None
+    offline_replicas: ReplicaRefs | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -216,6 +216,9 @@ class PartitionMetadata(Wire):
     isr: BrokerIds
     elr: BrokerIds = ()
     last_known_elr: BrokerIds = ()
+    offline_replicas: BrokerIds = ()
+    """Kafka's MetadataResponse offline_replicas: replicas whose log their broker reported unusable (KIP-858's
+    offline log directory); they are neither leader nor in the ISR until their broker registers again."""
 
 
 class TopicMetadata(Wire):
@@ -251,6 +254,9 @@ class BrokerHeartbeatRequest(Wire):
     current_metadata_offset: Int64
     want_fence: bool = False
     want_shut_down: bool = False
+    offline_replicas: Annotated[tuple[TopicPartitionRef, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] = ()
+    """The broker's replicas whose log storage refused (Kafka's OfflineLogDirs, KIP-858, by partition): sent in
+    every heartbeat while they are offline; a restart brings them back after log recovery."""
 
 
 class BrokerHeartbeatResponse(Response):

@@ -2,36 +2,31 @@
 
 Room: libs/runtime. One properties file may configure a whole cluster, as Kafka's combined `server.properties`
 does, so both services accept every name here and each reads the ones it uses; a name outside this set is a
-typo and refused. Topic-level names (segment.bytes, retention.ms, …) are also broker defaults, as in Kafka.
+typo and refused. Topic-level names (segment.bytes, retention.ms, …) are also broker defaults, as in Kafka; which
+ones the log obeys is the table of topic configs' to say (`hightide.core.topic_configs.LOG_CONFIG_NAMES`).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+from hightide.core.topic_configs import LOG_CONFIG_NAMES, MIN_INSYNC_REPLICAS, UNCLEAN_LEADER_ELECTION_ENABLE
 from hightide.runtime.nats import NATS_CONFIG_NAMES
 
-LOG_CONFIG_NAMES: Final = frozenset(
-    {
-        "file.delete.delay.ms",
-        "flush.messages",
-        "flush.ms",
-        "index.interval.bytes",
-        "max.message.bytes",
-        "retention.bytes",
-        "retention.ms",
-        "segment.bytes",
-        "segment.index.bytes",
-        "segment.jitter.ms",
-        "segment.ms",
-    }
-)
+__all__ = [
+    "BROKER_CONFIG_NAMES",
+    "CONTROLLER_CONFIG_NAMES",
+    "EVENTS_CONFIG_NAMES",
+    "LOG_CONFIG_NAMES",
+    "SERVER_CONFIG_NAMES",
+]
+
 
 CONTROLLER_CONFIG_NAMES: Final = frozenset(
     {
         "broker.session.timeout.ms",
-        "min.insync.replicas",
-        "unclean.leader.election.enable",
+        MIN_INSYNC_REPLICAS,
+        UNCLEAN_LEADER_ELECTION_ENABLE,
         "eligible.leader.replicas.enable",
         "auto.leader.rebalance.enable",
         "leader.imbalance.per.broker.percentage",
@@ -46,7 +41,7 @@ CONTROLLER_CONFIG_NAMES: Final = frozenset(
 
 BROKER_CONFIG_NAMES: Final = frozenset(
     {
-        "min.insync.replicas",
+        MIN_INSYNC_REPLICAS,
         "replica.lag.time.max.ms",
         "legacy.truncate.to.high.watermark",
         "alter.partition.timeout.ms",

@@ -23,6 +23,7 @@ from hightide.client.connection import ClusterConnection
 from hightide.client.consumer import Consumer, ConsumerConfig
 from hightide.client.local_cluster import ClusterError, LocalCluster, pid_alive
 from hightide.client.producer import ProduceFailed, Producer, ProducerConfig, RecordFuture
+from hightide.core import topic_configs
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode, HightideError
 from hightide.runtime.events import EventSink
@@ -205,9 +206,10 @@ def cluster_stop_broker(args: argparse.Namespace) -> int:
 def describe_lines(
     topic: wire.TopicMetadata, *, under_replicated: bool = False, unavailable: bool = False
 ) -> list[str]:
-    """kafka-topics.sh --describe, byte for byte (KRaft, ELR-aware)."""
+    """kafka-topics.sh --describe, byte for byte (KRaft, ELR-aware). `Configs:` lists the configs set on the topic
+    as Kafka's describeConfigs shows them (the table of topic configs formats each value)."""
     replication = len(topic.partitions[0].replicas) if topic.partitions else 0
-    configs = ",".join(f"{k}={v}" for k, v in sorted(topic.configs.items()))
+    configs = topic_configs.describe(topic.configs)
     lines = [
         f"Topic: {topic.name}\tTopicId: {topic.topic_id}\tPartitionCount: {len(topic.partitions)}\t"
         f"ReplicationFactor: {replication}\tConfigs: {configs}"

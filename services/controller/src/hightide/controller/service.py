@@ -12,6 +12,14 @@ A standby replays the metadata log as it grows, so taking over needs only the ta
 the controller subjects in a queue group (only the active one answers), and one task drives the core. Every
 decision is fenced twice: the lease must still be valid on the local monotonic clock, and the metadata log
 append carries the expected last sequence, so a controller that was paused past its lease cannot write.
+
+A decision and its events are one (write-ahead intent). Taking over, the controller first appends an empty batch
+at the log's end (KRaft's leader writes a LeaderChange record the same way), so no append of a deposed
+controller can land after the log it read, and only then announces ControllerElected with that offset. Each
+decision's events, stamped with the controller epoch and the metadata offset the decision lands at, are in the
+outbox (flushed) before its records are appended: a controller killed or fenced in between leaves an intent
+whose offset is at or past the next controller's takeover offset, which the history ignores
+(hightide.audit.rebuild). Stepping down for any reason emits ControllerDeposed before standing by.
 """
 
 from __future__ import annotations
@@ -30,10 +38,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from hightide.core.controller import ControllerConfig, ControllerResult, ReplicationControl
-from hightide.core.metadata_image import MetadataImage
+from hightide.core.metadata_image import MetadataImage, TopicPartition
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode, HightideError
-from hightide.protocol.events import ControllerElected, LeaderElected
+from hightide.protocol.events import ControllerDeposed, ControllerElected, LeaderElected
 from hightide.protocol.metadata import MetadataBatch
 from hightide.protocol.subjects import CONTROLLER_QUEUE, ControllerApi, api_of, controller_api_wildcard
 from hightide.runtime.events import EventSink
@@ -51,6 +59,14 @@ class ControllerSettings:
     config: ControllerConfig
     lease_ms: int = 3_000
     metadata_log_replicas: int = 1
+
+
+class Deposed(NotActiveController):
+    """This controller must step down; `reason` is ControllerDeposed's."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
 
 
 class ControllerService:
@@ -112,14 +128,28 @@ class ControllerService:
                 continue
             try:
                 await self._lead(lease)
-            except NotActiveController as reason:
-                self.log.warning("controller_deposed", reason=str(reason), controller_epoch=lease.controller_epoch)
+            except NotActiveController as error:
+                self._step_down(lease, error.reason if isinstance(error, Deposed) else "lease_lost", str(error))
             except (nats.errors.Error, TimeoutError) as error:
-                cause = f"NATS: {type(error).__name__}"
-                self.log.warning("controller_deposed", reason=cause, controller_epoch=lease.controller_epoch)
+                self._step_down(lease, "nats_error", f"NATS: {type(error).__name__}")
             finally:
                 self.control = None
                 self._set_active_metric(0)
+
+    def _step_down(self, lease: Lease, reason: str, detail: str) -> None:
+        """ControllerDeposed, in the outbox before this process stands by (only once it had been elected: a
+        takeover that failed before its ControllerElected never led)."""
+        self.log.warning("controller_deposed", reason=reason, detail=detail, controller_epoch=lease.controller_epoch)
+        if self.control is None:
+            return
+        deposed = ControllerDeposed(
+            controller=lease.controller_id,
+            controller_epoch=lease.controller_epoch,
+            reason=reason,
+            metadata_offset=self.last_sequence,
+        )
+        self.events.emit(deposed)
+        self.events.flush()
 
     async def _wait_stopping(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -136,9 +166,14 @@ class ControllerService:
         self.lease = lease
         self.lease_valid_until = time.monotonic() + self.leases.ttl_s
         await self._catch_up()  # the previous controller may have written until its lease lapsed
+        takeover = await self._append(MetadataBatch(lease.controller_id, lease.controller_epoch, ()))
         self.control = ReplicationControl(self.settings.config, self.image)
         self._next_rebalance = time.monotonic() + self.settings.config.leader_imbalance_check_interval_seconds
-        self.events.emit(ControllerElected(controller=lease.controller_id, controller_epoch=lease.controller_epoch))
+        elected = ControllerElected(
+            controller=lease.controller_id, controller_epoch=lease.controller_epoch, metadata_offset=takeover
+        )
+        self.events.emit(elected)
+        self.events.flush()
         self.log.info(
             "controller_active", controller_epoch=lease.controller_epoch, metadata_sequence=self.last_sequence
         )
@@ -166,17 +201,22 @@ class ControllerService:
         while not self.stopping.is_set():
             await self._wait_stopping(interval)
             if self.stopping.is_set():
-                raise NotActiveController("stopping")
+                raise Deposed("shutdown", "stopping")
             assert self.lease is not None
             started = time.monotonic()
-            self.lease = await self.leases.renew(self.lease)
+            try:
+                self.lease = await self.leases.renew(self.lease)
+            except NotActiveController as error:
+                raise Deposed("lease_lost", str(error)) from None
+            except (nats.errors.Error, TimeoutError) as error:
+                raise Deposed("nats_error", f"lease renewal: NATS: {type(error).__name__}") from None
             self.lease_valid_until = started + self.leases.ttl_s
 
     async def _tick(self, inbox: Inbox) -> None:
         while not self.stopping.is_set():
             await self._wait_stopping(TICK_INTERVAL_S)
             inbox.put_nowait("tick", None)
-        raise NotActiveController("stopping")
+        raise Deposed("shutdown", "stopping")
 
     async def _drive(self, inbox: Inbox) -> None:
         """The one task that calls the core: requests and ticks in arrival order."""
@@ -193,7 +233,7 @@ class ControllerService:
 
     def _check_lease(self) -> None:
         if time.monotonic() >= self.lease_valid_until:
-            raise NotActiveController("the lease lapsed on the local clock (was this process paused?)")
+            raise Deposed("lease_lost", "the lease lapsed on the local clock (was this process paused?)")
 
     async def _handle(self, msg: Msg) -> wire.Response:
         api = api_of(msg.subject)
@@ -208,26 +248,35 @@ class ControllerService:
     # -- committing ----------------------------------------------------------------------------------------------
 
     async def _commit(self, result: ControllerResult[Any]) -> Any:
-        """Append the decision's records (fenced by the expected last sequence), apply them, then publish its
-        events. Any failure to append leaves the outcome unknown, so the controller steps down and replays."""
+        """Store the decision's events as its intent (stamped with this controller epoch and the metadata offset
+        the decision lands at, flushed to the outbox), then append its records (fenced by the expected last
+        sequence), then apply them. Any failure to append leaves the outcome unknown, so the controller steps down
+        and replays; the intent it left is reconciled by the history against the next takeover."""
         assert self.control is not None and self.lease is not None
+        for event in result.events_at(self.lease.controller_epoch, self.last_sequence + 1):
+            self.events.emit(event)
+        self.events.flush()
         if result.records:
-            batch = MetadataBatch(self.settings.controller_id, self.lease.controller_epoch, result.records)
-            try:
-                self.last_sequence = await self.metadata_log.append(batch, self.last_sequence)
-            except NotActiveController:
-                raise
-            except Exception as error:
-                raise NotActiveController(f"metadata log append failed: {type(error).__name__}: {error}") from None
+            await self._append(MetadataBatch(self.settings.controller_id, self.lease.controller_epoch, result.records))
             self.control.apply(result.records)
             self.image = self.control.image
         for event in result.events:
-            self.events.emit(event)
             self._count_election(event)
-        # A decision's events are in the outbox before anyone hears of it. They follow the append: a controller
-        # killed in between leaves the decision in the metadata log without its events (see the issue 5 note).
-        self.events.flush()
         return result.response
+
+    async def _append(self, batch: MetadataBatch) -> int:
+        """Append one batch at the log's end as this controller knows it; its offset (the stream sequence)."""
+        expected = self.last_sequence
+        try:
+            sequence = await self.metadata_log.append(batch, expected)
+        except NotActiveController as error:
+            raise Deposed("append_fenced", str(error)) from None
+        except Exception as error:
+            raise Deposed("append_failed", f"metadata log append failed: {type(error).__name__}: {error}") from None
+        # The append was accepted only if the log ended at `expected`: it landed right after it.
+        assert sequence == expected + 1, (sequence, expected)
+        self.last_sequence = sequence
+        return sequence
 
     def _count_election(self, event: object) -> None:
         if self.metrics is not None and isinstance(event, LeaderElected):
@@ -284,6 +333,7 @@ class ControllerService:
             want_fence=request.want_fence,
             want_shutdown=request.want_shut_down,
             metadata_offset=request.current_metadata_offset,
+            offline_replicas=[TopicPartition(r.topic, r.partition) for r in request.offline_replicas],
         )
         answer = await self._commit(result)
         return wire.BrokerHeartbeatResponse(
