@@ -49,6 +49,11 @@ class MemoryLog:
                 self.entries.extend((r.offset, r.value or b"", epoch) for r in decoded)
 
     def truncate(self, offset: int) -> None:
+        """Whole batches at or after `offset` go; below the log start, the log restarts empty at `offset` (Kafka's
+        UnifiedLog.truncateTo: truncateFullyAndStartAt)."""
+        if offset < self.start_offset:
+            self.batches, self.entries, self.start_offset = [], [], offset
+            return
         self.batches = [b for b in self.batches if _last_offset(b) < offset]
         end = _last_offset(self.batches[-1]) + 1 if self.batches else self.start_offset
         while self.entries and self.entries[-1][0] >= end:

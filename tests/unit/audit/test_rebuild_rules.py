@@ -197,6 +197,25 @@ def test_a_deleted_replica_is_gone_and_an_event_for_it_after_is_reported() -> No
     ]
 
 
+def test_an_offline_replica_leaves_the_live_set_until_its_broker_reopens_it() -> None:
+    """Given a replica whose disk refused an append after offset 4, when ReplicaOffline says so, then it is out of
+    the live replicas; a LogOpened of its broker's next incarnation brings it back with what recovery left. An
+    offline replica's LEO that contradicts its appends is reported."""
+    offline = events.ReplicaOffline(
+        topic=T, partition=0, replica=1, log_end_offset=5, error="KAFKA_STORAGE_ERROR", detail="disk full"
+    )
+    before = emitted(broker(), 1_000, opened(), appended(0, 4), offline)
+    assert rebuild(before).replicas == {}
+    after = emitted(broker(incarnation="a-second"), 5_000, opened(5, 0, 0, ((0, 0),), reason="recovered"))
+    assert rebuild(before + after).replicas == {KEY: ReplicaState(5, 0, 0, ((0, 0),))}
+    wrong = events.ReplicaOffline(
+        topic=T, partition=0, replica=1, log_end_offset=9, error="KAFKA_STORAGE_ERROR", detail="disk full"
+    )
+    assert details(rebuild(emitted(broker(), 1_000, opened(), appended(0, 4), wrong))) == [
+        "ReplicaOffline: LEO is 9 in the event but 5 in the history"
+    ]
+
+
 def test_another_broker_is_another_replica() -> None:
     history = emitted(broker(1), 1_000, opened(), appended(0, 2)) + emitted(broker(2), 1_000, opened(b=2))
     assert rebuild(history).replicas == {KEY: ReplicaState(3, 0, 0, ()), (T, 0, 2): ReplicaState(0, 0, 0, ())}

@@ -46,6 +46,8 @@ Replica rules, keyed by (topic, partition, broker):
 | LeaderEpochsTruncated  | epochs = truncate_from_end(epochs, end_offset)                                       |
 | LogStartOffsetAdvanced | log start = log_start_offset; epochs = truncate_from_start(epochs, log_start_offset) |
 | LogDeleted             | the replica is gone                                                                  |
+| ReplicaOffline         | the replica is out of service (its storage refused a write): gone from the live set |
+|                        | until a LogOpened, when its broker has restarted and recovered the log, brings it back |
 
 The epoch rules are Kafka's LeaderEpochFileCache (`hightide.audit.epochs`).
 
@@ -57,9 +59,10 @@ to the partition's offline set; a BrokerRegistered of that broker, or the end of
 
 The rebuild is not blind: wherever an event states what it expects of the state before it (RecordsAppended's
 base offset, HighWatermarkAdvanced's previous HW, LogTruncated's LEO and HW before, the LEO and HW in
-BecameLeader, BecameFollower and FetchServed, LogDeleted's LEO) or the order is broken (a sequence gap, an event
-for a replica that was never opened, a partition epoch going back), the fold goes on by the rules above and
-records an `Anomaly`. A history with a lost or reordered event shows up there, or in a state that differs.
+BecameLeader, BecameFollower and FetchServed, LogDeleted's and ReplicaOffline's LEO) or the order is broken (a
+sequence gap, an event for a replica that was never opened, a partition epoch going back), the fold goes on by the
+rules above and records an `Anomaly`. A history with a lost or reordered event shows up there, or in a state
+that differs.
 """
 
 from __future__ import annotations
@@ -340,7 +343,7 @@ class _ReplicaFold:
                 self._check_offsets(envelope, (event.topic, event.partition, event.replica), event)
             case events.FetchServed():
                 self._check_offsets(envelope, (event.topic, event.partition, event.leader), event)
-            case events.LogDeleted():
+            case events.LogDeleted() | events.ReplicaOffline():
                 replica = self._replica(envelope, (event.topic, event.partition, event.replica))
                 self._expect(envelope, "LEO", event.log_end_offset, replica.log_end_offset)
                 del self.open[(event.topic, event.partition, event.replica)]
