@@ -13,9 +13,9 @@ from hightide.core.epoch_cache import EpochEntry, LeaderEpochCache
 from hightide.core.partition import CONSUMER_REPLICA_ID, Partition, PartitionConfig
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.events import IsrChangeProposed, LogTruncated
-from hightide.protocol.records import decode_batches
+from hightide.protocol.records import decode_batches, encode_batch, iter_batch_headers
 from hightide.protocol.wire import AlterPartitionRequest, AlterPartitionResponse, FetchPartitionRequest
-from support.memory_replica import MemoryReplica, produce, replicate
+from support.memory_replica import MemoryReplica, _stamp, deliver, produce, replicate
 
 T0 = 1_700_000_000_000
 LAG_MS = 10_000
@@ -500,3 +500,47 @@ def test_an_answer_to_an_earlier_proposal_does_not_drop_the_pending_one() -> Non
     )
     leader.apply(leader.partition.on_alter_partition_response(first, late, T0 + 6))
     assert leader.partition.isr_state.inflight and leader.partition.isr_state.maximal_isr == {1, 2, 3}
+
+
+def test_a_follower_whose_log_ends_inside_the_leaders_batch_cuts_back_to_it_and_rejoins() -> None:
+    """Given a follower whose log ends at 3 inside the leader's batch [2..4] (its own batches were [0..1] and
+    [2..2]: a legacy truncation to its HW left it there), when the leader answers its fetch from 3 with that batch,
+    then the follower cuts its log back to the batch's start (whole batches: to 2) instead of dropping the answer
+    round after round, and its next fetch from 2 takes the batch whole."""
+    leader, follower = MemoryReplica.create(1), MemoryReplica.create(2)
+    for node in (leader, follower):
+        node.partition.broker_epochs = {1: 101, 2: 102}
+    leader.apply(leader.partition.make_leader(0, 0, (1, 2), (1,), T0))
+    follower.apply(follower.partition.make_follower(1, 0, 0, (1, 2), (1,)))
+    produce(leader, [b"a", b"b"], T0, acks=1)
+    produce(leader, [b"c", b"d", b"e"], T0, acks=1)
+    replicate(leader, follower, T0 + 1, max_bytes=1)  # one batch: [0..1]
+    assert follower.leo == 2
+    # The follower's own log gains a batch [2..2] the leader never had (a divergent, legacy-truncated tail).
+    stray = encode_batch([b"stray"], timestamps=T0)
+    follower.log.append(_stamp(stray, 2, 0))
+    follower.partition.log_end_offset = 3
+    fetch = follower.partition.fetch_partition()
+    (answer,) = leader.apply(leader.partition.on_fetch(2, -1, fetch, T0 + 2))
+    assert [h.base_offset for _, h in iter_batch_headers(answer.records)] == [2]
+    deliver(follower, 1, answer, T0 + 2)
+    assert follower.leo == 2 and follower.log.records() == [(0, b"a"), (1, b"b")]
+    truncated = [e for e in follower.events if isinstance(e, LogTruncated)]
+    assert truncated[-1].reason == "realignment" and truncated[-1].truncated_to == 2
+    replicate(leader, follower, T0 + 3)
+    assert follower.log.records() == leader.log.records()
+
+
+def test_an_empty_follower_starting_inside_the_leaders_batch_restarts_at_it() -> None:
+    """Kafka's appendRecordsToFollowerOrFutureReplica: an empty log whose start falls inside the leader's first
+    batch (the leader's log start offset was inside a batch) restarts at the batch's base and appends it whole."""
+    leader, follower = MemoryReplica.create(1), MemoryReplica.create(2)
+    for node in (leader, follower):
+        node.partition.broker_epochs = {1: 101, 2: 102}
+    leader.apply(leader.partition.make_leader(0, 0, (1, 2), (1,), T0))
+    produce(leader, [b"a", b"b", b"c"], T0, acks=1)
+    follower.partition.log_start_offset = follower.partition.log_end_offset = follower.partition.high_watermark = 1
+    follower.log = type(follower.log)(start_offset=1)
+    follower.apply(follower.partition.make_follower(1, 0, 0, (1, 2), (1,)))
+    replicate(leader, follower, T0 + 1)
+    assert follower.partition.log_start_offset == 0 and follower.log.records() == leader.log.records()

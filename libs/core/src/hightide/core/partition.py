@@ -247,10 +247,11 @@ class Partition:
         # The metadata may bring the committed ISR change before the AlterPartition answer does: it is the same
         # commit, and the late answer is then ignored (an older partition epoch).
         confirmed = was_leader and not new_epoch and self.isr_state.proposed == frozenset(isr)
+        change = self.isr_state.change
         self.replicas, self.leader, self.partition_epoch = tuple(replicas), self.local_id, partition_epoch
         self.isr_state = IsrState(frozenset(isr))
         if confirmed:
-            effects.append(Emit(self._isr_change_completed(ErrorCode.NONE)))
+            effects.append(Emit(self._isr_change_completed(ErrorCode.NONE, change)))
         self.remotes = {r: self.remotes.get(r, RemoteReplica(r)) for r in replicas if r != self.local_id}
         if new_epoch:
             self.leader_epoch = leader_epoch
@@ -674,24 +675,24 @@ class Partition:
             # (maybe to a new proposal), and accepting it would drop the pending one from the maximal ISR while
             # the controller may still commit it (Kafka ignores it: `partitionState != proposedIsrState`).
             return []
-        error = response.error_code
+        error, change = response.error_code, self.isr_state.change
         if error is ErrorCode.NONE:
             if response.leader_epoch != self.leader_epoch or response.partition_epoch < self.partition_epoch:
                 return []
             self.isr_state = IsrState(frozenset(response.isr))
             self.partition_epoch = response.partition_epoch
-            return [Emit(self._isr_change_completed(error)), *self._maybe_increment_high_watermark(now_ms)]
+            return [Emit(self._isr_change_completed(error, change)), *self._maybe_increment_high_watermark(now_ms)]
         if error in _REVERT:
             self.isr_state = IsrState(self.isr)
-            return [Emit(self._isr_change_completed(error))]
+            return [Emit(self._isr_change_completed(error, change))]
         if error in _WAIT_FOR_METADATA:
-            return [Emit(self._isr_change_completed(error))]
+            return [Emit(self._isr_change_completed(error, change))]
         # Any other error (NOT_CONTROLLER, STALE_BROKER_EPOCH, REQUEST_TIMED_OUT...) is retried by `tick` after
         # the backoff, never at once: an answer that comes back in microseconds must not become a busy loop.
         self.alter_partition_deadline_ms = MonoMs(now_ms + self.config.alter_partition_retry_backoff_ms)
         return []
 
-    def _isr_change_completed(self, error: ErrorCode) -> events.IsrChangeCompleted:
+    def _isr_change_completed(self, error: ErrorCode, change: str) -> events.IsrChangeCompleted:
         return events.IsrChangeCompleted(
             topic=self.topic,
             partition=self.partition,
@@ -700,6 +701,7 @@ class Partition:
             partition_epoch=self.partition_epoch,
             isr=self.ordered(self.isr),
             error=error.name,
+            change=change,
         )
 
     def tick(self, now_ms: MonoMs) -> list[Effect]:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final, Protocol
 
+from hightide.core import topic_configs
 from hightide.core.clock import MonoMs, Now
 from hightide.core.effects import (
     AnswerFetch,
@@ -68,9 +69,6 @@ from hightide.protocol.events import Event
 from hightide.protocol.records import BatchHeader, InvalidRecordBatch
 
 MIB: Final = 1024 * 1024
-# Kafka's defaults of the two topic configs a leader checks a produce against (LogConfig.java).
-MAX_MESSAGE_BYTES_DEFAULT: Final = MIB + 12
-SEGMENT_BYTES_DEFAULT: Final = 1024 * MIB
 EARLIEST_TIMESTAMP: Final = -2
 LATEST_TIMESTAMP: Final = -1
 
@@ -350,8 +348,8 @@ class ReplicaManager:
         try:
             headers = validate_produce(
                 records,
-                max_message_bytes=_int_config(configs, "max.message.bytes", MAX_MESSAGE_BYTES_DEFAULT),
-                segment_bytes=_int_config(configs, "segment.bytes", SEGMENT_BYTES_DEFAULT),
+                max_message_bytes=_int_config(configs, "max.message.bytes"),
+                segment_bytes=_int_config(configs, "segment.bytes"),
             )
         except InvalidRecordBatch as refused:
             message = f"{tp.topic}-{tp.partition}: {refused}"
@@ -856,8 +854,9 @@ class ReplicaManager:
         return {**self.config.log_defaults, **(topic.configs if topic is not None else {})}
 
     def _partition_config(self, topic_name: str) -> PartitionConfig:
-        configs = self._log_configs(topic_name)
-        min_isr = _int_config(configs, "min.insync.replicas", self.config.partition.min_insync_replicas)
+        topic = self.image.topic(topic_name)
+        default = self.config.partition.min_insync_replicas  # the broker's own, beneath the topic's
+        min_isr = topic_configs.min_insync_replicas(topic.configs if topic is not None else {}, default)
         return dataclasses.replace(self.config.partition, min_insync_replicas=min_isr)
 
     # -- effects of the cores ------------------------------------------------------------------------------------
@@ -916,9 +915,10 @@ def _without(effect: Effect, doomed: set[TopicPartition]) -> Effect | None:
     return effect
 
 
-def _int_config(configs: Mapping[str, str], name: str, default: int) -> int:
-    text = configs.get(name)
-    return default if text is None else int(text)
+def _int_config(configs: Mapping[str, str], name: str) -> int:
+    """A topic's effective int config (the table of topic configs parses it; Kafka's default when unset)."""
+    value = topic_configs.configured(configs, name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else topic_configs.int_default(name)
 
 
 def metadata_response(image: MetadataImage, topics: tuple[str, ...] | None) -> wire.MetadataResponse:

@@ -441,7 +441,12 @@ class IsrChangeProposed(Event):
 @catalogued
 @dataclass(frozen=True, slots=True, kw_only=True)
 class IsrChangeCompleted(Event):
-    """A leader learned the controller's answer to its proposal: committed (`error` NONE) or not."""
+    """A leader learned the controller's answer to its proposal, from the answer or from the metadata log:
+    committed (`error` NONE) or not. `change` is the proposal's, shrink or expand (empty in a version 1 event):
+    the committed ones are Kafka's IsrShrinksPerSec and IsrExpandsPerSec."""
+
+    VERSION: ClassVar[int] = 2
+    FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("change",)}
 
     topic: str
     partition: Int32
@@ -450,6 +455,7 @@ class IsrChangeCompleted(Event):
     partition_epoch: Int32
     isr: BrokerIds
     error: str
+    change: str = ""
 
 
 @catalogued

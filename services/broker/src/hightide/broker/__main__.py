@@ -11,6 +11,7 @@ from nats.aio.client import Client
 
 from hightide.broker.service import BrokerService, BrokerSettings
 from hightide.core.partition import PartitionConfig
+from hightide.core.topic_configs import int_default
 from hightide.runtime.config import ConfigError, get_bool, get_int
 from hightide.runtime.events import EventSink
 from hightide.runtime.metrics import BrokerMetrics
@@ -26,7 +27,7 @@ OUTBOX_DIR = "events-outbox"  # not a partition directory name (those end in -<p
 def settings_from(broker_id: int, cluster_id: str, data_dir: Path, props: dict[str, str]) -> BrokerSettings:
     """The broker's settings from Kafka's config names (ConfigError on a bad value)."""
     partition_config = PartitionConfig(
-        min_insync_replicas=get_int(props, "min.insync.replicas", 1, minimum=1),
+        min_insync_replicas=get_int(props, "min.insync.replicas", int_default("min.insync.replicas"), minimum=1),
         replica_lag_time_max_ms=get_int(props, "replica.lag.time.max.ms", 30_000, minimum=1),
         legacy_truncate_to_high_watermark=get_bool(props, "legacy.truncate.to.high.watermark", False),
         alter_partition_timeout_ms=get_int(props, "alter.partition.timeout.ms", 30_000, minimum=1),

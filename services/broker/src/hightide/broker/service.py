@@ -44,7 +44,7 @@ from hightide.core.effects import (
     SendFetch,
     StorageEffect,
 )
-from hightide.core.metadata_image import MetadataImage, TopicPartition
+from hightide.core.metadata_image import MetadataImage
 from hightide.core.partition import PartitionConfig
 from hightide.core.replica_manager import (
     ReplicaManager,
@@ -68,6 +68,7 @@ from hightide.protocol.subjects import (
 )
 from hightide.runtime.events import EventSink
 from hightide.runtime.metadata_log import MetadataLog
+from hightide.runtime.metrics import BrokerMetrics
 from hightide.runtime.rpc import Inbox, RequestFailed, reply, request
 from hightide.storage.config import LogConfig
 
@@ -156,7 +157,6 @@ class BrokerService:
         self._outgoing: list[tuple[Msg, wire.Wire]] = []  # this input's answers, sent once its events are stored
         self._request_ids = itertools.count(1)
         self._client_metadata: Subscription | None = None
-        self._proposed_changes: dict[TopicPartition, str] = {}  # the ISR change each partition last proposed
         self._handlers: dict[str, Callable[[Msg, Now], list[Effect] | wire.Response]] = {
             BrokerApi.PRODUCE: self._on_produce,
             BrokerApi.FETCH: self._on_fetch,
@@ -488,16 +488,8 @@ class BrokerService:
 
     def _count_isr_change(self, event: events.Event) -> None:
         """Kafka's IsrShrinksPerSec and IsrExpandsPerSec: a leader's proposed change, once committed."""
-        if self.metrics is None:
-            return
-        if isinstance(event, events.IsrChangeProposed):
-            self._proposed_changes[TopicPartition(event.topic, event.partition)] = event.change
-        elif isinstance(event, events.IsrChangeCompleted) and event.error == "NONE":
-            change = self._proposed_changes.pop(TopicPartition(event.topic, event.partition), None)
-            if change == "shrink":
-                self.metrics.isr_shrinks.inc()
-            elif change == "expand":
-                self.metrics.isr_expands.inc()
+        if self.metrics is not None and isinstance(event, events.IsrChangeCompleted) and event.error == "NONE":
+            count_isr_change(self.metrics, event)
 
     def _update_gauges(self) -> None:
         if self.metrics is None:
@@ -507,3 +499,13 @@ class BrokerService:
         self.metrics.partition_count.set(len(self.manager.replicas))
         self.metrics.leader_count.set(len(leaders))
         self.metrics.under_replicated_partitions.set(sum(1 for core in leaders if len(core.isr) < len(core.replicas)))
+
+
+def count_isr_change(metrics: BrokerMetrics, completed: events.IsrChangeCompleted) -> None:
+    """A committed ISR change, counted as Kafka's IsrShrinksPerSec or IsrExpandsPerSec."""
+    if completed.error != "NONE":
+        return
+    if completed.change == "shrink":
+        metrics.isr_shrinks.inc()
+    elif completed.change == "expand":
+        metrics.isr_expands.inc()
