@@ -231,15 +231,18 @@ class LocalCluster:
         self.write_state(state)
         return pid
 
-    def start_broker(self, broker_id: int, state: ClusterState | None = None) -> int:
+    def start_broker(self, broker_id: int, state: ClusterState | None = None, *, config: Sequence[str] = ()) -> int:
+        """(Re)start one broker; `config` (key=value, Kafka's names) is for this start of this broker only, after
+        the cluster's own."""
         state = state or self._require_state()
         running = state.brokers.get(str(broker_id))
         if running is not None and pid_alive(running):
             raise ClusterError(f"broker {broker_id} is already running (pid {running})")
         data = self.data_dir / f"broker-{broker_id}"
+        own = [arg for item in config for arg in ("--config", item)]
         pid = self._spawn(
             f"broker-{broker_id}",
-            ["-m", "hightide.broker", "--id", str(broker_id), "--data-dir", str(data), *self._common(state)],
+            ["-m", "hightide.broker", "--id", str(broker_id), "--data-dir", str(data), *self._common(state), *own],
         )
         state.brokers[str(broker_id)] = pid
         self.write_state(state)
