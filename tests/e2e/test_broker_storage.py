@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ import pytest
 from hightide.client.connection import ClusterConnection
 from hightide.client.local_cluster import LocalCluster
 from hightide.client.producer import Producer, ProducerConfig
+from support.cluster_cli import active_brokers, describe, hightide, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -36,21 +35,6 @@ CONFIG = [
 HOUR_MS = 3_600_000
 
 
-def hightide(data_dir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "hightide.client.cli", *args, "--data-dir", str(data_dir)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def wait_for(condition: Callable[[], Any], deadline_s: float, what: str) -> Any:
-    end = time.monotonic() + deadline_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.1)  # polling a condition with a deadline
-
-
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     local = LocalCluster(tmp_path / "cluster")
@@ -62,19 +46,10 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         local.down()
 
 
-def active_brokers(cluster: LocalCluster) -> list[int]:
-    result = hightide(cluster.data_dir, "cluster", "status", "--json", timeout=30)
-    states = json.loads(result.stdout).get("broker_states", {}) if result.returncode == 0 else {}
-    return sorted(int(b) for b, s in states.items() if not s["fenced"])
-
-
 def partition(cluster: LocalCluster, topic: str) -> dict[str, str]:
-    """The one partition's line of `topic describe`, as {column: value}."""
-    result = hightide(cluster.data_dir, "topic", "describe", topic, timeout=30)
-    (line,) = [line for line in result.stdout.splitlines() if line.startswith("\t")]
-    return dict(
-        part.split(": ", 1) if ": " in part else (part.rstrip(":"), "") for part in line.strip("\t").split("\t")
-    )
+    """The one partition's line of `topic describe`."""
+    (line,) = describe(cluster, topic)
+    return line
 
 
 def isr(cluster: LocalCluster, topic: str) -> set[int]:

@@ -14,13 +14,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hightide.client.local_cluster import LocalCluster, pid_alive
+from support.cluster_cli import active_brokers, describe, hightide, status, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -34,23 +35,6 @@ CONFIG = [
 SESSION_TIMEOUT_S = 3.0
 
 
-def hightide(
-    data_dir: Path, *args: str, timeout: float = 120, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "hightide.client.cli", *args[:1], *args[1:], "--data-dir", str(data_dir)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, input=stdin, check=False)
-
-
-def wait_for(condition: Callable[[], Any], deadline_s: float, what: str) -> Any:
-    end = time.monotonic() + deadline_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.1)  # polling a condition with a deadline
-
-
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     local = LocalCluster(tmp_path / "cluster")
@@ -60,31 +44,6 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         yield local
     finally:
         local.down()
-
-
-def status(cluster: LocalCluster) -> dict[str, Any]:
-    result = hightide(cluster.data_dir, "cluster", "status", "--json", timeout=30)
-    if result.returncode != 0:
-        return {}
-    body: dict[str, Any] = json.loads(result.stdout)
-    return body
-
-
-def active_brokers(cluster: LocalCluster) -> list[int]:
-    states = status(cluster).get("broker_states", {})
-    return sorted(int(b) for b, s in states.items() if not s["fenced"])
-
-
-def describe(cluster: LocalCluster, topic: str) -> list[dict[str, str]]:
-    result = hightide(cluster.data_dir, "topic", "describe", topic, timeout=30)
-    partitions = []
-    for line in result.stdout.splitlines():
-        if line.startswith("\t"):
-            fields = dict(
-                part.split(": ", 1) if ": " in part else (part.rstrip(":"), "") for part in line.strip("\t").split("\t")
-            )
-            partitions.append(fields)
-    return partitions
 
 
 def leader_other_than(cluster: LocalCluster, topic: str, old: int) -> int:

@@ -24,9 +24,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import pytest
 
@@ -35,26 +35,12 @@ from hightide.client.bench_failover import GOAL_SLACK_S, FailoverRun, measure_fa
 from hightide.client.connection import ClusterConnection
 from hightide.client.consumer import Consumer, ConsumerRecord
 from hightide.client.local_cluster import LocalCluster
+from support.cluster_cli import active_brokers, broker_states, hightide, wait_for
 
 pytestmark = pytest.mark.slow
 
 READY_S = 60.0
 REJOIN_S = 120.0
-
-
-def hightide(data_dir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "hightide.client.cli", *args, "--data-dir", str(data_dir)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def wait_for(condition: Callable[[], Any], deadline_s: float, what: str) -> Any:
-    end = time.monotonic() + deadline_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.1)  # polling a condition with a deadline
 
 
 @pytest.fixture
@@ -66,17 +52,6 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         yield local
     finally:
         local.down()
-
-
-def broker_states(cluster: LocalCluster) -> dict[int, dict[str, Any]]:
-    result = hightide(cluster.data_dir, "cluster", "status", "--json", timeout=30)
-    if result.returncode != 0:
-        return {}
-    return {int(b): s for b, s in json.loads(result.stdout).get("broker_states", {}).items()}
-
-
-def active_brokers(cluster: LocalCluster) -> list[int]:
-    return sorted(b for b, s in broker_states(cluster).items() if not s["fenced"])
 
 
 def registered_again(cluster: LocalCluster, broker: int, epoch_before: int) -> bool:

@@ -947,7 +947,14 @@ def metadata_response(image: MetadataImage, topics: tuple[str, ...] | None) -> w
         answers.append(
             wire.TopicMetadata(name=name, topic_id=topic.topic_id, partitions=partitions, configs=dict(topic.configs))
         )
-    brokers = tuple(
+    return wire.MetadataResponse(
+        brokers=broker_metadata(image), topics=tuple(answers), metadata_offset=image.next_offset
+    )
+
+
+def broker_metadata(image: MetadataImage) -> tuple[wire.BrokerMetadata, ...]:
+    """Every registered broker, by id, as Metadata and DescribeCluster answer them."""
+    return tuple(
         wire.BrokerMetadata(
             broker_id=b.broker_id,
             broker_epoch=b.broker_epoch,
@@ -956,7 +963,6 @@ def metadata_response(image: MetadataImage, topics: tuple[str, ...] | None) -> w
         )
         for b in sorted(image.brokers.values(), key=lambda b: b.broker_id)
     )
-    return wire.MetadataResponse(brokers=brokers, topics=tuple(answers), metadata_offset=image.next_offset)
 
 
 __all__ = [
@@ -968,5 +974,6 @@ __all__ = [
     "LogState",
     "ReplicaManager",
     "ReplicaManagerConfig",
+    "broker_metadata",
     "metadata_response",
 ]

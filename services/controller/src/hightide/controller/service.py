@@ -39,6 +39,7 @@ from nats.aio.msg import Msg
 
 from hightide.core.controller import ControllerConfig, ControllerResult, ReplicationControl
 from hightide.core.metadata_image import MetadataImage, TopicPartition
+from hightide.core.replica_manager import broker_metadata
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode, HightideError
 from hightide.protocol.events import ControllerDeposed, ControllerElected, LeaderElected
@@ -429,20 +430,8 @@ class ControllerService:
             controller_id=self.settings.controller_id,
             controller_epoch=self.lease.controller_epoch,
             metadata_offset=self.image.next_offset,
-            brokers=brokers_of(self.image),
+            brokers=broker_metadata(self.image),
         )
-
-
-def brokers_of(image: MetadataImage) -> tuple[wire.BrokerMetadata, ...]:
-    return tuple(
-        wire.BrokerMetadata(
-            broker_id=b.broker_id,
-            broker_epoch=b.broker_epoch,
-            fenced=b.fenced,
-            in_controlled_shutdown=b.in_controlled_shutdown,
-        )
-        for b in sorted(image.brokers.values(), key=lambda b: b.broker_id)
-    )
 
 
 def new_topic_id() -> str:
