@@ -221,7 +221,7 @@ def test_a_truncated_segment_keeps_its_largest_record_timestamp() -> None:
         twins.lead([10], T0 - 60_000)
         twins.lead([10], T0 - 60_000)
         twins.apply(Truncate(TP.topic, TP.partition, 1))
-        twins.lead([150], T0)
+        twins.lead([60], T0)  # does not fit beside the first: a new segment
         twins.apply(UpdateHighWatermark(TP.topic, TP.partition, 2))
         outcome = twins.apply(EnforceRetention(TP.topic, TP.partition, twins.now))
         assert isinstance(outcome, StorageOutcome)

@@ -266,8 +266,10 @@ class SegmentedLog:
         if offset < self.segments[0].base_offset:
             return self.truncate_fully_and_start_at(offset, now)
         deleted = self.cut_back(offset)
-        if self.segments[-1].size == 0:
-            self.segments[-1].created_ms = now
+        active = self.segments[-1]
+        active.modified_ms = now
+        if active.size == 0:
+            active.created_ms = now
         return deleted, None
 
     def cut_back(self, offset: int) -> list[MemorySegment]:
