@@ -68,7 +68,7 @@ class SimBroker:
     crashed_replicas: dict[TopicPartition, Partition] = field(default_factory=dict)  # the cores as they were
     alive: bool = False
     incarnation: int = -1  # the process: a restart is a new one
-    mono_origin_ms: int = 0  # this process's monotonic clock reads sim time + origin
+    mono_origin_ms: int = 0  # this process's monotonic clock reads sim time + origin (an uptime, far from the wall)
     wall_skew_ms: int = 0  # this broker's wall clock reads sim time + skew (it may jump)
     outbox: list[tuple[int, object]] = field(default_factory=list)
     events: list[tuple[int, Event]] = field(default_factory=list)  # (incarnation, event) in emission order
@@ -82,7 +82,10 @@ class SimBroker:
         """A new process: a new manager built from the disk, announcing each log it recovered."""
         assert not self.alive
         self.incarnation += 1
-        self.mono_origin_ms = self.rng.randrange(0, 10_000_000)  # unrelated to any other process's monotonic clock
+        # A monotonic clock counts from an origin of its own (the machine's boot, 15 minutes to 3 hours ago here):
+        # unrelated to any other process's, and nowhere near the wall clock that record timestamps are in. (Read as
+        # a wall-clock time, it makes retention compare timestamps of 2023 with a time of 1970: issue 11's defect 3.)
+        self.mono_origin_ms = self.rng.randrange(1_000_000, 10_000_000) - sim_now_ms
         self.manager = self.manager_class(self.config, self.disk, self.partition_class)
         self.crashed_replicas = {}
         self.alive = True

@@ -114,7 +114,8 @@ class SimController:
         self.create_topic()
 
     def create_topic(self) -> None:
-        """Create the simulation's topic (again, after a deletion: a new topic id, partition epochs from 0)."""
+        """Create the simulation's topic with its configs (again, after a deletion: a new topic id, partition epochs
+        from 0)."""
         config = self.sim_config
         reply = self._commit(
             self.control.create_topic(
@@ -122,6 +123,7 @@ class SimController:
                 topic_id=f"sim-topic-{self.topics_created:016d}",
                 partitions=config.partitions,
                 replication_factor=config.replication_factor,
+                configs=config.topic_configs(),
             )
         )
         assert reply.error.name == "NONE", reply

@@ -20,10 +20,17 @@ free of the simulator lets a test feed each one a violating history and watch it
 | acknowledged_is_committed    | an acks=all acknowledgement's records are in the leader's log below its HW      |
 | acknowledged_never_lost      | every acks=all acknowledged record stays in the committed log*                  |
 | consumers_below_hw           | no consumer read an offset at or above the leader's HW at the time              |
-| converged (end, healed)      | one leader, ISR = all replicas, identical logs                                  |
+| retention_honoured           | each time a replica runs retention, it deletes exactly what Kafka's rule does   |
+|                              | at its wall-clock time: the oldest segments wholly below the HW that are below  |
+|                              | the log start, beyond retention.bytes or older than retention.ms; no other      |
+| converged (end, healed)      | one leader, ISR = all replicas, identical logs from the latest log start on     |
 
 * not evaluated while the partition is exempt: after an unclean election, or after lossy crashes of at least
   min.insync.replicas replicas that held the committed tail (reliability.md's Exempt(p, t)).
+
+Retention deletes committed records, so a replica's log holds only the records from its log start offset on: every
+check that compares logs or looks for a record compares offsets at or above the log start of the log it reads
+(a record below it was deleted below the HW, which retention_honoured judges), and is strict above it.
 """
 
 from __future__ import annotations
@@ -67,6 +74,33 @@ class ControllerView:
     partition_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SegmentFacts:
+    """A segment as retention reads it: offsets [base_offset, next_offset), its size, and its largest timestamp (its
+    largest record timestamp, or its file's modification time when it has none)."""
+
+    base_offset: int
+    next_offset: int
+    size_bytes: int
+    largest_timestamp: int
+
+
+@dataclass(frozen=True)
+class RetentionCheck:
+    """One retention run of one replica: its segments (oldest first) before and after, its log start before and
+    after, its HW, its retention configs, and its wall clock when it ran."""
+
+    broker: int
+    wall_ms: int
+    high_watermark: int
+    log_start_offset: int
+    log_start_offset_after: int
+    retention_ms: int
+    retention_bytes: int
+    before: tuple[SegmentFacts, ...]
+    after: tuple[SegmentFacts, ...]
 
 
 @dataclass
@@ -205,10 +239,18 @@ def check_committed_prefixes_agree(
     the ISR may hold an uncommitted, divergent suffix: it truncates it when it follows again.) Once the partition
     is exempt, committed records may have been lost: a replica outside the ISR may then still hold, below its
     own HW, what was committed before the loss, until it follows the new leader and truncates; only the ISR is
-    held to the leader's committed records."""
+    held to the leader's committed records.
+
+    An ISR member is held to the leader's records, and the leader holds none below its log start offset: what a
+    member holds there above its own HW is retention's to delete, and it does so as soon as it follows the leader's
+    log start. (It may differ: a replica that left the ISR with an uncommitted tail, while the leader's retention
+    deleted the offsets where the two diverge, is not told to truncate, as Kafka's leader answers an epoch older than
+    its epoch cache with that cache's first start; it rejoins when its log end reaches the HW. Should it lead before
+    it deletes that tail, the tail becomes committed there, and the own-HW clause names it.)"""
     reference = {} if exempt else dict(committed or {})
     if leader is not None:
         reference.update((o, v) for o, v, _ in leader.records if o < leader.high_watermark)
+    leader_start = _log_start(leader) if leader is not None else 0
     for replica in replicas:
         in_sync = replica.alive and replica.broker in isr and leader is not None
         own = 0 if exempt and not in_sync else replica.high_watermark
@@ -216,6 +258,8 @@ def check_committed_prefixes_agree(
         for offset, value, _ in replica.records:
             if offset >= limit:
                 break
+            if offset >= own and offset < leader_start:
+                continue  # the ISR clause: the leader holds nothing below its log start (see the docstring)
             if offset in reference and reference[offset] != value:
                 raise InvariantViolation(
                     "committed_prefixes_agree",
@@ -262,9 +306,11 @@ def check_truncation(history: PartitionHistory, replica: int, truncated_to: int,
 
 
 def check_acknowledged(history: PartitionHistory, value: bytes, offset: int, leader: ReplicaSnapshot) -> None:
-    """At the moment of an acks=all acknowledgement the record is in the leader's log below its HW."""
+    """At the moment of an acks=all acknowledgement the record is in the leader's log below its HW (or below its log
+    start: retention deleted it in the very step, which it does only below the HW)."""
     held = {o: v for o, v, _ in leader.records}
-    if held.get(offset) != value or offset >= leader.high_watermark:
+    deleted = offset < _log_start(leader) <= leader.high_watermark
+    if not deleted and (held.get(offset) != value or offset >= leader.high_watermark):
         raise InvariantViolation(
             "acknowledged_is_committed",
             history.name,
@@ -274,11 +320,14 @@ def check_acknowledged(history: PartitionHistory, value: bytes, offset: int, lea
     history.acknowledged[value] = offset
 
 
-def check_acknowledged_never_lost(history: PartitionHistory, final_log: Mapping[int, bytes]) -> None:
+def check_acknowledged_never_lost(
+    history: PartitionHistory, final_log: Mapping[int, bytes], log_start_offset: int = 0
+) -> None:
+    """Every acknowledged record is in the final log, unless retention deleted it (below the log's start)."""
     if history.exempt:
         return
     for value, offset in history.acknowledged.items():
-        if final_log.get(offset) != value:
+        if offset >= log_start_offset and final_log.get(offset) != value:
             raise InvariantViolation(
                 "acknowledged_never_lost",
                 history.name,
@@ -294,18 +343,101 @@ def check_consumer_read(name: str, offset: int, high_watermark: int) -> None:
 
 
 def check_converged(name: str, replicas: Sequence[ReplicaSnapshot], controller: ControllerView) -> None:
-    """After healing: a leader, every replica in the ISR, and identical logs."""
+    """After healing: a leader, every replica in the ISR, and identical logs: the same log end offset, and the same
+    records from the later of the two log starts on (each replica deletes by retention on its own clock)."""
     if controller.leader < 0:
         raise InvariantViolation("converged", name, "no leader after healing")
     if set(controller.isr) != set(controller.replicas):
         raise InvariantViolation("converged", name, f"ISR {controller.isr} is not all of {controller.replicas}")
-    logs = {r.broker: [(o, v) for o, v, _ in r.records] for r in replicas}
-    reference = logs[controller.leader]
-    for broker, log in logs.items():
-        if log != reference:
+    leader = next(r for r in replicas if r.broker == controller.leader)
+    for replica in replicas:
+        start = max(_log_start(replica), _log_start(leader))
+        log = [(o, v) for o, v, _ in replica.records if o >= start]
+        reference = [(o, v) for o, v, _ in leader.records if o >= start]
+        if log != reference or _log_end(replica) != _log_end(leader):
             raise InvariantViolation(
                 "converged",
                 name,
-                f"broker {broker}'s log differs from leader {controller.leader}'s "
-                f"({len(log)} vs {len(reference)} records)",
+                f"broker {replica.broker}'s log differs from leader {controller.leader}'s from offset {start} on "
+                f"({len(log)} vs {len(reference)} records, log end {_log_end(replica)} vs {_log_end(leader)})",
             )
+
+
+def _log_start(replica: ReplicaSnapshot) -> int:
+    return replica.log_start_offset if replica.disk_log_start_offset is None else replica.disk_log_start_offset
+
+
+def _log_end(replica: ReplicaSnapshot) -> int:
+    return replica.log_end_offset if replica.disk_log_end_offset is None else replica.disk_log_end_offset
+
+
+def check_retention_honoured(name: str, run: RetentionCheck) -> None:
+    """Kafka's retention rule, stated on its own (not the core's `plan_retention`): the run deleted a prefix of the
+    segments, every segment of it one the rule deletes, and the first segment it kept is one the rule keeps. The rule
+    deletes the oldest segments, one after the other, while the next one is wholly below the HW (its offsets end at
+    or below it), is not the empty active segment, and is wholly below the log start offset, or leaves at least
+    retention.bytes behind it, or has a largest timestamp more than retention.ms before the replica's wall clock.
+    When every segment goes, an empty one starts at the log end offset; the log start becomes the first kept
+    segment's base offset, if that is higher."""
+    before, after = run.before, run.after
+    kept = before.index(after[0]) if after and after[0] in before else len(before)
+    if kept < len(before):
+        unchanged = after == before[kept:]
+    else:
+        end = before[-1].next_offset  # every segment went: an empty one starts at the log end offset
+        unchanged = len(after) == 1 and (after[0].base_offset, after[0].next_offset, after[0].size_bytes) == (
+            end,
+            end,
+            0,
+        )
+    if not unchanged:
+        raise InvariantViolation(
+            "retention_honoured",
+            name,
+            f"broker {run.broker}'s retention changed segments it did not delete: {before} -> {after}",
+        )
+    for index in range(min(kept + 1, len(before))):
+        deletes, why = _retention_rule(run, index)
+        if deletes != (index < kept):
+            segment = before[index]
+            done = "deleted" if index < kept else "kept"
+            raise InvariantViolation(
+                "retention_honoured",
+                name,
+                f"broker {run.broker} {done} segment [{segment.base_offset}, {segment.next_offset}) at wall time "
+                f"{run.wall_ms}: {why}",
+            )
+    expected = run.log_start_offset
+    if kept:
+        first_kept = before[kept].base_offset if kept < len(before) else before[-1].next_offset
+        expected = max(expected, first_kept)
+    if run.log_start_offset_after != expected:
+        raise InvariantViolation(
+            "retention_honoured",
+            name,
+            f"broker {run.broker}'s log start went from {run.log_start_offset} to {run.log_start_offset_after}, "
+            f"not {expected}",
+        )
+
+
+def _retention_rule(run: RetentionCheck, index: int) -> tuple[bool, str]:
+    """Whether the rule deletes `run.before[index]` once the segments before it are gone, and why (or why not)."""
+    segment = run.before[index]
+    following = run.before[index + 1] if index + 1 < len(run.before) else None
+    upper = segment.next_offset if following is None else following.base_offset
+    if upper > run.high_watermark:
+        return False, f"the rule keeps it: its offsets end at {upper}, above the HW {run.high_watermark}"
+    if following is None and segment.size_bytes == 0:
+        return False, "the rule keeps it: it is the empty active segment"
+    if following is not None and following.base_offset <= run.log_start_offset:
+        return True, f"the rule deletes it: it is wholly below the log start offset {run.log_start_offset}"
+    behind = sum(s.size_bytes for s in run.before[index + 1 :])
+    if 0 <= run.retention_bytes <= behind:
+        return True, f"the rule deletes it: {behind} bytes stay without it, retention.bytes is {run.retention_bytes}"
+    age = run.wall_ms - segment.largest_timestamp
+    if 0 <= run.retention_ms < age:
+        return True, f"the rule deletes it: its largest timestamp is {age} ms old, retention.ms is {run.retention_ms}"
+    return False, (
+        f"the rule keeps it: {age} ms old (retention.ms {run.retention_ms}), {behind} bytes behind it "
+        f"(retention.bytes {run.retention_bytes}), not below the log start {run.log_start_offset}"
+    )

@@ -1,8 +1,8 @@
 """Known-bad variants of the protocol, each of which the simulator must catch: proof that its checks can fail.
 
 Each mutant changes one rule, the way a plausible bug or an old Kafka version would, by overriding one small
-method of the real Partition or ReplicaManager (or one controller setting). None of them is used outside the mutant
-tests.
+method of the real Partition or ReplicaManager (or one controller or simulation setting). None of them is used
+outside the mutant tests.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hightide.core.clock import MonoMs, Now
-from hightide.core.effects import Effect, Emit
+from hightide.core.clock import MonoMs, Now, WallMs
+from hightide.core.effects import Effect, Emit, EnforceRetention
 from hightide.core.partition import NO_EPOCH, IsrState, Partition, RemoteReplica
 from hightide.core.producer_state import BatchMetadata
 from hightide.core.replica_manager import ReplicaManager
@@ -78,6 +78,18 @@ class IgnoreStorageRefusals(ReplicaManager):
         return []
 
 
+class RetentionOnTheMonotonicClock(ReplicaManager):
+    """Issue 11's retention that never fires: the retention check runs at the monotonic clock's milliseconds taken for
+    wall-clock time, as the old broker passed them, so `retention.ms` is measured from record timestamps (wall clock,
+    about 1.7e12) to a time since boot (about 1e7): nothing is ever old enough."""
+
+    def tick(self, now: Now) -> list[Effect]:
+        return [
+            EnforceRetention(e.topic, e.partition, WallMs(now.mono_ms)) if isinstance(e, EnforceRetention) else e
+            for e in super().tick(now)
+        ]
+
+
 @dataclass(frozen=True)
 class Mutant:
     name: str
@@ -98,4 +110,5 @@ MUTANTS = (
     Mutant("no_eligible_leader_replicas", sim_settings={"eligible_leader_replicas_enable": False}),
     Mutant("acknowledge_retries_at_once", AcknowledgeRetriesAtOnce),
     Mutant("ignore_storage_refusals", manager_class=IgnoreStorageRefusals),
+    Mutant("retention_on_the_monotonic_clock", manager_class=RetentionOnTheMonotonicClock),
 )

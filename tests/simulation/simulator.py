@@ -1,13 +1,17 @@
 """A whole Hightide cluster in one process, from one seed: brokers, a controller with a standby, the network,
-the clock, disks that lose their unflushed tail, producers (acks=all and acks=1) and a consumer.
+the clocks, disks that lose their unflushed tail and refuse writes, producers (acks=all and acks=1) and a consumer.
 
 Every step does exactly one thing (deliver a message, or tick one node, or inject one fault), then checks the
 invariants of tests/simulation/invariants.py. The same seed gives the same run, step for step:
 `HIGHTIDE_SEED=n make simulate` replays a failure. Faults happen during the first part of a run; then the
 network heals, crashed nodes restart, and the run must converge: one leader per partition, full ISRs,
-identical logs, every acks=all acknowledgement present.
+identical logs (from the latest log start on), every acks=all acknowledgement present (unless retention deleted it).
 
-The protocol code is the real one (hightide.core): the simulator only carries out its effects.
+The protocol code is the real one (hightide.core): the simulator only carries out its effects. Each broker has a
+wall clock of its own (skewed from true time, and it jumps) and a monotonic clock counting from a random origin far
+from it. The topic is created with small segments and a short retention (`SimConfig.topic_configs`), so each
+broker's memory disk rolls segments and deletes them with the storage engine's rules at that broker's wall time,
+and every retention run is held to Kafka's rule (`retention_honoured`).
 
 With `history` set to a list, every event is also kept in its envelope, as the shells would store it: emitter
 (broker N with one incarnation per process start, or controller 1 or 2), a gap-free sequence per incarnation,
@@ -20,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 
 from hightide.audit.rebuild import PartitionKey, PartitionState, ReplicaKey, ReplicaState
@@ -30,7 +35,12 @@ from hightide.core.replica_manager import ReplicaManagerConfig
 from hightide.protocol import wire
 from hightide.protocol.envelope import Emitter, Envelope
 from hightide.protocol.errors import ErrorCode
-from hightide.protocol.events import Event, LogTruncated
+from hightide.protocol.events import (
+    Event,
+    LogTruncated,
+    SegmentDeleted,
+    SegmentRolled,
+)
 from hightide.protocol.records import decode_batches, encode_batch
 from simulation.broker import Answer, ControllerAnswer, Request, SimBroker
 from simulation.controller import SimController
@@ -38,16 +48,19 @@ from simulation.invariants import (
     ControllerView,
     PartitionHistory,
     ReplicaSnapshot,
+    RetentionCheck,
+    SegmentFacts,
     check_acknowledged,
     check_acknowledged_never_lost,
     check_consumer_read,
     check_converged,
+    check_retention_honoured,
     check_step,
     check_truncation,
 )
 from simulation.mutants import Mutant
 from simulation.network import Network, NetworkFaults
-from support.memory_disk import MemoryDisk
+from support.memory_disk import MemoryDisk, RetentionRun, SegmentImage
 
 T0 = 1_700_000_000_000
 ACKS_ALL_PRODUCER = -1
@@ -58,6 +71,7 @@ CLUSTER_ID = "sim"
 DISK_FAULTS = ("full", "failing", "oversized")
 CLOCK_SKEW_MS_MAX = 5_000  # each broker's wall clock starts this far from true time at most
 CLOCK_JUMP_MS_MAX = 60_000  # a wall clock jump (NTP stepping it, an operator) moves it this far at most
+RETENTION_BYTES_CHOICES = (-1, 1_536)  # unlimited, or about three segments
 # Errors after which the producer sends the same batch again (Kafka's retriable errors); any other ends the batch.
 RETRIABLE = frozenset(
     {
@@ -92,12 +106,28 @@ class SimConfig:
     # KIP-966: without it, a replica that lost its tail in a crash can stay the last ISR member and be elected
     # with committed records missing (the simulator finds this; see the mutant tests). Hightide runs with it.
     eligible_leader_replicas_enable: bool = True
-    # Retention: at each retention check, each replica deletes a committed prefix of its log with this probability.
-    # Off in the invariant runs (their end checks compare whole logs); the rebuild tests turn it on.
-    retention_probability: float = 0.0
+    # The topic's log configs (the controller creates the topic with them; the disks roll and retain by them with
+    # the storage engine's rules): segments of a few batches, rolled by size and by time, and deleted once a second
+    # old (a run lasts about 2.5 s of simulated time), so every run rolls and deletes under wall clocks that are
+    # skewed and jump. retention.bytes None: each run draws it from RETENTION_BYTES_CHOICES (-1 is unlimited).
+    segment_bytes: int = 512
+    segment_ms: int = 500
+    retention_ms: int = 1_000
+    retention_bytes: int | None = None
+    segment_jitter_ms: int = 100  # a broker default: not a config a topic is created with
     # The producers' request timeout (the leader's acks=all wait) and how long they retry a batch.
     produce_timeout_ms: int = 300
     delivery_timeout_ms: int = 3_000
+
+    def topic_configs(self) -> dict[str, str]:
+        """The simulation topic's configs, as Kafka names them."""
+        retention_bytes = -1 if self.retention_bytes is None else self.retention_bytes
+        return {
+            "segment.bytes": str(self.segment_bytes),
+            "segment.ms": str(self.segment_ms),
+            "retention.ms": str(self.retention_ms),
+            "retention.bytes": str(retention_bytes),
+        }
 
 
 @dataclass
@@ -132,8 +162,11 @@ class Simulation:
         self.seed = seed
         self.mutant = mutant
         base = config or SimConfig()
-        self.config = dataclasses.replace(base, **mutant.sim_settings) if mutant else base  # type: ignore[arg-type]
+        config = dataclasses.replace(base, **mutant.sim_settings) if mutant else base  # type: ignore[arg-type]
         self.rng = random.Random(seed)
+        if config.retention_bytes is None:
+            config = dataclasses.replace(config, retention_bytes=self.rng.choice(RETENTION_BYTES_CHOICES))
+        self.config = config
         self.now_ms = T0
         self.step_count = 0
         self.network = Network(random.Random(self.rng.random()), self.config.network)
@@ -149,7 +182,9 @@ class Simulation:
                 self._manager_config(b, core_config),
                 random.Random(self.rng.random()),
                 MemoryDisk(
-                    b, random.Random(self.rng.random()), retention_probability=self.config.retention_probability
+                    b,
+                    random.Random(self.rng.random()),
+                    defaults={"segment.jitter.ms": str(self.config.segment_jitter_ms)},
                 ),
             )
             for b in range(1, self.config.brokers + 1)
@@ -167,6 +202,7 @@ class Simulation:
             (self.config.topic, p): PartitionHistory(f"{self.config.topic}-{p}") for p in range(self.config.partitions)
         }
         self.restarts: list[tuple[int, int]] = []  # (at ms, broker)
+        self.segment_changes: Counter[str] = Counter()  # "SegmentRolled: append" and the like: what the disks did
         self.disk_repairs: list[tuple[int, int]] = []  # (at ms, broker)
         self.lossy_losers: dict[tuple[str, int], set[int]] = {tp: set() for tp in self.histories}
         self.request_tags = 0
@@ -230,9 +266,12 @@ class Simulation:
             at_ms, _, kind, node = heapq.heappop(self.timers)
             self.now_ms = max(self.now_ms, at_ms)
             self._timer(kind, node)
+        # What the step's action sent, answered and emitted is routed (and an acknowledgement checked) before a fault
+        # changes the cluster: a broker that answers and then crashes in one step answered before it crashed.
+        self._route()
         if self.faulty and self.rng.random() < self.config.fault_probability:
             self._inject_fault()
-        self._route()
+            self._route()
         self.check_invariants()
 
     # -- nodes ---------------------------------------------------------------------------------------------
@@ -297,7 +336,12 @@ class Simulation:
                 if isinstance(event, LogTruncated):
                     history = self.histories[(event.topic, event.partition)]
                     check_truncation(history, broker.broker_id, event.truncated_to, event.high_watermark_before)
+                elif isinstance(event, SegmentRolled | SegmentDeleted):
+                    self.segment_changes[f"{event.TYPE}: {event.reason}"] += 1
             broker.events.clear()
+            for run in broker.disk.retention_runs:
+                check_retention_honoured(f"{run.tp.topic}-{run.tp.partition}", retention_check(broker.broker_id, run))
+            broker.disk.retention_runs.clear()
         for controller_id, event in self.controller.emissions:
             self._record(Emitter("controller", controller_id, f"controller-{controller_id}-0"), event)
         self.controller.emissions.clear()
@@ -551,7 +595,8 @@ class Simulation:
 
     def replica_states(self) -> dict[ReplicaKey, ReplicaState]:
         """Every replica's offsets and epoch cache as its core holds them (a crashed broker's as they were
-        when it crashed: its next incarnation announces what recovery left)."""
+        when it crashed: its next incarnation announces what recovery left). An offline replica is out of the live
+        set (the rebuild takes it out at its ReplicaOffline) until its broker restarts and opens it again."""
         states = {}
         for broker in self.brokers.values():
             for (topic, partition), core in self.cores(broker).items():
@@ -622,10 +667,19 @@ class Simulation:
             view = views[tp]
             if view.leader < 0 or set(view.isr) != set(view.replicas):
                 return False
-            logs = {self.log_entries(b, tp) for b in self._hosting(tp)}
-            if len(logs) != 1:
+            if not self._logs_agree(tp):
                 return False
         return all(p.batch is None for p in self.producers)
+
+    def _logs_agree(self, tp: tuple[str, int]) -> bool:
+        """Every replica's log ends at the same offset and holds the same records from the latest log start on
+        (below it, some replica's retention deleted them)."""
+        disks = [b.disk.logs.get(TopicPartition(*tp)) for b in self._hosting(tp)]
+        logs = [d.log for d in disks if d is not None]
+        if len(logs) != len(disks):
+            return False
+        start = max(log.start_offset for log in logs)
+        return len({(log.end_offset, tuple(e for e in log.entries if e[0] >= start)) for log in logs}) == 1
 
     def check_end(self) -> None:
         views = self.controller.views()
@@ -634,5 +688,34 @@ class Simulation:
             replicas = [self._snapshot(b, tp) for b in self._hosting(tp)]
             controller = ControllerView(view.leader, view.leader_epoch, view.partition_epoch, view.replicas, view.isr)
             check_converged(history.name, replicas, controller)
-            leader_log = {offset: value for offset, value, _ in self.log_entries(self.brokers[view.leader], tp)}
-            check_acknowledged_never_lost(history, leader_log)
+            leader = self.brokers[view.leader]
+            leader_log = {offset: value for offset, value, _ in self.log_entries(leader, tp)}
+            disk = leader.disk.logs.get(TopicPartition(*tp))
+            check_acknowledged_never_lost(history, leader_log, 0 if disk is None else disk.log.start_offset)
+
+
+def retention_check(broker: int, run: RetentionRun) -> RetentionCheck:
+    """A disk's retention run as the retention_honoured invariant reads it: each segment's size and largest
+    timestamp worked out again from its batches' headers, not taken from the disk's own bookkeeping."""
+    return RetentionCheck(
+        broker,
+        run.wall_ms,
+        run.high_watermark,
+        run.log_start_offset_before,
+        run.log_start_offset_after,
+        run.retention_ms,
+        run.retention_bytes,
+        tuple(_segment_facts(image) for image in run.before),
+        tuple(_segment_facts(image) for image in run.after),
+    )
+
+
+def _segment_facts(image: SegmentImage) -> SegmentFacts:
+    headers = image.headers
+    timestamps = [header.max_timestamp for header in headers if header.max_timestamp >= 0]
+    return SegmentFacts(
+        image.base_offset,
+        headers[-1].next_offset if headers else image.base_offset,
+        sum(header.size for header in headers),
+        max(timestamps) if timestamps else image.modified_ms,
+    )

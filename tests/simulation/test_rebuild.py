@@ -5,9 +5,9 @@ per process start, two controllers taking turns), then `hightide.audit.rebuild` 
 result is compared with what the cores and the controller hold: every replica's LEO, HW, log start offset and
 leader epoch cache, every partition's replicas, ISR, ELR, leader and epochs. The runs have lossy crashes (a
 restart recovers a cut log), divergence truncations, controller failovers, unclean and last-known-leader
-elections, retention moving log start offsets (followers starting over behind them), and a topic deleted and
-created again. Then histories are damaged (an event dropped, two swapped) and must rebuild differently or be
-reported. `HIGHTIDE_REBUILD_SEEDS=n` runs more seeds.
+elections, retention deleting segments and moving log start offsets (followers starting over behind them), disks
+refusing writes (replicas offline), and a topic deleted and created again. Then histories are damaged (an event
+dropped, two swapped) and must rebuild differently or be reported. `HIGHTIDE_REBUILD_SEEDS=n` runs more seeds.
 """
 
 from __future__ import annotations
@@ -70,7 +70,14 @@ def _tally(history: list[Envelope], counts: Counter[str]) -> None:
             counts["controller failover"] += 1
         elif isinstance(event, events.LeaderElected):
             counts[f"elected: {event.election}"] += 1
-        elif isinstance(event, events.LogStartOffsetAdvanced | events.LeaderEpochsTruncated | events.LogDeleted):
+        elif isinstance(
+            event,
+            events.LogStartOffsetAdvanced
+            | events.LeaderEpochsTruncated
+            | events.LogDeleted
+            | events.SegmentRolled
+            | events.SegmentDeleted,
+        ):
             counts[event.TYPE] += 1
 
 
@@ -123,12 +130,12 @@ def test_unclean_elections_and_legacy_truncations_rebuild_too(config: SimConfig)
 
 @pytest.mark.parametrize("seeds", [range(100, 115)], ids=lambda r: f"seeds-{r.start}-{r.stop - 1}")
 def test_the_history_so_far_rebuilds_the_state_at_every_point(seeds: range) -> None:
-    """Mid-run too, with retention moving log start offsets (and followers behind them starting over): a crashed
-    broker's replicas are as it left them, and the next incarnation's LogOpened says what recovery kept."""
-    config = SimConfig(retention_probability=0.05)
+    """Mid-run too, with retention deleting segments and moving log start offsets (and followers behind them starting
+    over): a crashed broker's replicas are as it left them, and the next incarnation's LogOpened says what recovery
+    kept; an offline replica is as its disk was left."""
     counts: Counter[str] = Counter()
     for seed in seeds:
-        simulation = _recorded(seed, config)
+        simulation = _recorded(seed)
         simulation.total_steps = STEPS
         for step in range(STEPS):
             simulation.step()
@@ -140,7 +147,8 @@ def test_the_history_so_far_rebuilds_the_state_at_every_point(seeds: range) -> N
         _assert_rebuilds(simulation, f"seed {seed} healed")
         assert simulation.history is not None
         _tally(simulation.history, counts)
-    for needed in ("LogStartOffsetAdvanced", "truncated: start_over", "recovered with its tail cut"):
+    needed_kinds = ("LogStartOffsetAdvanced", "SegmentRolled", "SegmentDeleted", "truncated: start_over")
+    for needed in (*needed_kinds, "recovered with its tail cut"):
         assert counts[needed] > 0, f"no {needed!r} in any run: {counts}"
 
 

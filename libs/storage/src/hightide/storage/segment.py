@@ -128,6 +128,7 @@ class LogSegment:
         for located in self.batches_from(end):
             last = located.header
             end = located.position + last.size
+            self._note_timestamp(last)
         if end != self.size:
             raise CorruptIndex(f"{self.log_path}: {self.size - end} bytes after the last whole batch")
         if last is not None:
@@ -265,6 +266,13 @@ class LogSegment:
         self.time_index.truncate_to(offset)
         return self._truncate_at(located.position, now)
 
+    def _note_timestamp(self, header: BatchHeader) -> None:
+        """A batch past the time index's last entry may hold a later timestamp (Kafka's readLargestTimestamp scans
+        the batches after that entry): without it, a truncated or reloaded segment's largest timestamp, and so its
+        retention, would fall back to the file's modification time."""
+        if header.max_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far, self.offset_of_max_timestamp = header.max_timestamp, header.last_offset
+
     def _truncate_at(self, position: int, now: WallMs) -> int:
         removed = self.size - position
         self._disk.ftruncate(self._fd, position)
@@ -273,6 +281,7 @@ class LogSegment:
         last = None
         for located in self.batches_from(self.offset_index.last_entry().position):
             last = located.header
+            self._note_timestamp(last)
         self.next_offset = self.base_offset if last is None else last.next_offset
         if position == 0:
             self.created_ms = now
@@ -342,6 +351,7 @@ class LogSegment:
                     break
                 position = located.position + located.header.size
                 self.next_offset = located.header.next_offset
+                self._note_timestamp(located.header)
         except StorageError:
             self.offset_index.reset()
             self.time_index.reset()
