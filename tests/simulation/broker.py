@@ -142,11 +142,8 @@ class SimBroker:
         self._input(self._manager().tick(self.now(sim_now_ms)), sim_now_ms)
 
     def _input(self, effects: list[Effect], sim_now_ms: int) -> None:
-        """Carry out an input's effects, then the end-of-input poll (woken fetches, follower fetches due)."""
-        manager = self._manager()
-        now = self.now(sim_now_ms)
-        self._carry_out(effects, now)
-        self._carry_out(manager.poll(now), now)
+        """Carry out an input's effects (`carry_out` ends it with the poll: woken fetches, follower fetches due)."""
+        self._carry_out(effects, self.now(sim_now_ms))
 
     def _manager(self) -> ReplicaManager:
         assert self.manager is not None, f"broker {self.broker_id} is down"

@@ -544,3 +544,22 @@ def test_an_empty_follower_starting_inside_the_leaders_batch_restarts_at_it() ->
     follower.apply(follower.partition.make_follower(1, 0, 0, (1, 2), (1,)))
     replicate(leader, follower, T0 + 1)
     assert follower.partition.log_start_offset == 0 and follower.log.records() == leader.log.records()
+
+
+def test_a_follower_that_stopped_fetching_stops_holding_the_high_watermark_after_the_lag() -> None:
+    """Given follower 3 outside the ISR but caught up a moment ago (so it holds the HW, Kafka's
+    shouldWaitForReplicaToJoinIsr), when it stops fetching, then once replica.lag.time.max.ms has passed the
+    leader's periodic check moves the HW past it: a waiting acks=all produce is not held for good."""
+    nodes = cluster(replicas=(1, 2, 3), isr=(1, 2))
+    leader = nodes[1]
+    replicate(leader, nodes[3], T0 + 1)  # caught up (LEO 0 == leader LEO 0) at T0 + 1: proposed to join
+    refused = AlterPartitionResponse(topic="orders", partition=0, error=ErrorCode.INELIGIBLE_REPLICA)
+    leader.apply(leader.partition.on_alter_partition_response(last_proposal(leader), refused, T0 + 1))
+    assert not leader.partition.isr_state.inflight and leader.partition.isr == {1, 2}
+    produce(leader, [b"a"], T0 + 2, acks=-1)
+    replicate(leader, nodes[2], T0 + 3)
+    replicate(leader, nodes[2], T0 + 4)
+    assert leader.hw == 0, "follower 3 was caught up a moment ago: it holds the HW"
+    leader.apply(leader.partition.tick(T0 + LAG_MS + 2))
+    assert leader.hw == 1
+    assert [c.error for c in leader.completed] == [ErrorCode.NONE]

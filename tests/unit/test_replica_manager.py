@@ -75,7 +75,11 @@ class Cluster:
         broker = self.brokers[broker_id]
         assert broker.manager is not None
         offset = self.control.image.next_offset
-        self.commit(self.control.heartbeat(broker_id, broker.manager.broker_epoch, self.now_ms, metadata_offset=offset))
+        offline = broker.manager.offline_replicas
+        heartbeat = self.control.heartbeat(
+            broker_id, broker.manager.broker_epoch, self.now_ms, metadata_offset=offset, offline_replicas=offline
+        )
+        self.commit(heartbeat)
 
     def create(self, assignment: tuple[int, ...] = (1, 2, 3), topic_id: str = "topic-id-1") -> None:
         self.commit(self.control.create_topic(TOPIC, topic_id=topic_id, assignments=[list(assignment)]))
@@ -412,3 +416,20 @@ def test_retention_runs_on_its_interval_with_the_wall_clock() -> None:
         e for e in manager.tick(Now(MonoMs(10_000_000 + interval - 1), wall)) if isinstance(e, EnforceRetention)
     ]
     assert [e for e in manager.tick(Now(MonoMs(10_000_000 + interval), wall)) if isinstance(e, EnforceRetention)]
+
+
+def test_an_offline_follower_is_taken_out_and_acks_all_goes_on_without_it() -> None:
+    """Given follower 2 whose disk fills up under an acks=all produce (min ISR 2), when its replica goes offline and
+    its heartbeat says so, then the controller takes it out of the ISR, the leader stops counting it (it is not
+    ISR-eligible while offline, however recently it fetched), and the produce is acknowledged by 1 and 3."""
+    cluster = replicated(Cluster())
+    cluster.brokers[2].disk.fault = "full"
+    tag = cluster.produce(1, encode_batch([b"a"], timestamps=T0), timeout_ms=30_000)
+    cluster.route(rounds=3)
+    assert cluster.answered(PRODUCER, tag) is None
+    cluster.advance(1)  # broker 2's heartbeat names its offline replica
+    assert cluster.registration() == (1, (1, 3))
+    cluster.route(rounds=3)
+    answer = only_partition(cluster.answered(PRODUCER, tag))
+    assert (ErrorCode(answer.error), answer.base_offset) == (ErrorCode.NONE, 0)
+    assert not cluster.core(1).is_isr_eligible(2)

@@ -94,7 +94,7 @@ class Broker:
         now = Now(MonoMs(self.mono_ms), WallMs(self.wall_ms))
         carry_out(
             self.manager,
-            effects + self.manager.poll(now),
+            effects,
             now,
             storage=lambda effect: self.storage.apply(effect, now.wall_ms),
             deliver=self._deliver,

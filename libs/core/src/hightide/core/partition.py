@@ -196,6 +196,8 @@ class Partition:
     # truncation or at start: the replica manager rebuilds it from the log before the next produce.
     producers: ProducerStateTable = field(default_factory=ProducerStateTable)
     producers_stale: bool = False
+    # Replicas of this partition whose broker reported their storage failed (from the metadata): not ISR-eligible.
+    offline_replicas: frozenset[int] = frozenset()
     # The base offset of the batch holding an offset of this log (the offset itself at a boundary): a log drops
     # whole batches, so a truncation point is moved down to one. The replica manager gives a query of the log.
     batch_start: Callable[[int], int] = _identity
@@ -224,10 +226,11 @@ class Partition:
         return self.is_leader and len(self.isr) < self.effective_min_isr()
 
     def is_isr_eligible(self, broker_id: int) -> bool:
-        """Registered, unfenced and not shutting down (present in `broker_epochs`), and its fetches carry the
-        broker epoch the metadata knows (or -1)."""
+        """Registered, unfenced and not shutting down (present in `broker_epochs`), its replica not offline (its
+        broker reported its storage failed: the controller refuses it in the ISR), and its fetches carry the broker
+        epoch the metadata knows (or -1)."""
         known = self.broker_epochs.get(broker_id)
-        if known is None:
+        if known is None or broker_id in self.offline_replicas:
             return False
         remote = self.remotes.get(broker_id)
         return remote is None or remote.broker_epoch in (-1, known)
@@ -721,6 +724,9 @@ class Partition:
         if self.is_leader and now_ms >= self.next_isr_check_ms:
             self.next_isr_check_ms = MonoMs(now_ms + max(self.config.replica_lag_time_max_ms // 2, 1))
             effects += self.maybe_shrink_isr(now_ms)
+            # A replica outside the ISR that was caught up holds the HW until it no longer is: one that stopped
+            # fetching must not hold it for good (Kafka waits for the next fetch or produce to look again).
+            effects += self._maybe_increment_high_watermark(now_ms)
         return effects
 
     # -- follower ----------------------------------------------------------------------------------------

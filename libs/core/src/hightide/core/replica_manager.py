@@ -22,8 +22,8 @@ clocks, carry out the effects on a disk (real or simulated) and a network, and f
 Inputs: decoded requests, the metadata image, storage outcomes and the time (`Now`: monotonic for timeouts and
 lag, wall clock for retention). Reads of the log (fetched records, batch boundaries, the producer state's batch
 headers, offsets by timestamp) go through the `LogReader` the shell gives: queries that change nothing.
-Outputs: effects (`hightide.core.effects`), in order. After every input the shell calls `poll`, which answers the
-fetches the input woke and sends follower fetches that are due.
+Outputs: effects (`hightide.core.effects`), in order, which the shell carries out with `carry_out`: it ends every
+input with `poll`, which answers the fetches the input woke and sends follower fetches that are due.
 """
 
 from __future__ import annotations
@@ -96,10 +96,23 @@ def carry_out(
     storage: Callable[[StorageEffect | CheckpointHighWatermarks], StorageOutcome],
     deliver: Callable[[Effect], None],
 ) -> None:
-    """How every shell carries out the manager's effects: in order; storage effects by `storage` (which raises
+    """How every shell carries out an input's effects: in order; storage effects by `storage` (which raises
     StorageRefusal for a refusal), the rest by `deliver` (events, answers, sends). A refusal goes back to the
     manager with the effects not yet carried out, and what it returns is carried out instead; retention that
-    moved a log's start is reported to it, and its answer carried out next."""
+    moved a log's start is reported to it, and its answer carried out next. Then, with everything on the disk, the
+    end of the input: `poll` answers the fetches it woke (they read what it appended) and sends follower fetches
+    that are due."""
+    _carry_out(manager, effects, now, storage, deliver)
+    _carry_out(manager, manager.poll(now), now, storage, deliver)
+
+
+def _carry_out(
+    manager: ReplicaManager,
+    effects: Iterable[Effect],
+    now: Now,
+    storage: Callable[[StorageEffect | CheckpointHighWatermarks], StorageOutcome],
+    deliver: Callable[[Effect], None],
+) -> None:
     queue = deque(effects)
     while queue:
         effect = queue.popleft()
@@ -767,6 +780,8 @@ class ReplicaManager:
             # A log from before topic ids were stored: it takes the id of the topic it now serves.
             self._topic_ids[tp] = topic.topic_id
             out.append(CreateLog(tp.topic, tp.partition, topic.topic_id, dict(topic.configs)))
+        # A broker's offline replicas change with its registration, not always with the partition's.
+        self.replicas[tp].offline_replicas = frozenset(self.image.offline_replicas(tp.topic, tp.partition))
         if self._views.get(tp) == registration:
             return out
         self._views[tp] = registration

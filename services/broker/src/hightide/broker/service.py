@@ -319,7 +319,7 @@ class BrokerService:
             self.inbox.put_nowait("tick", None)
 
     async def _drive(self) -> None:
-        """The one task that calls the manager: an input, its effects, then the end-of-input poll."""
+        """The one task that calls the manager: an input, then its effects (`carry_out` ends it with the poll)."""
         while True:
             envelope = await self.inbox.get()
             kind, payload = envelope.kind, envelope.payload
@@ -344,7 +344,7 @@ class BrokerService:
                 assert kind == "tick", kind
                 effects = self.manager.tick(at)
                 self.storage.flush_due(at.wall_ms)
-            self._carry_out(effects + self.manager.poll(at), at)
+            self._carry_out(effects, at)
             self.events.flush()  # the events of what just happened are in the outbox before any answer leaves
             await self._deliver()
             await self._join_client_metadata()
