@@ -433,3 +433,25 @@ def test_an_offline_follower_is_taken_out_and_acks_all_goes_on_without_it() -> N
     answer = only_partition(cluster.answered(PRODUCER, tag))
     assert (ErrorCode(answer.error), answer.base_offset) == (ErrorCode.NONE, 0)
     assert not cluster.core(1).is_isr_eligible(2)
+
+
+def test_a_refused_truncation_reports_the_log_as_it_was() -> None:
+    """Given follower 2 holding two records, when its leader says the logs diverge at 1 and its disk refuses the
+    truncation, then ReplicaOffline reports the log end the disk still has (2), not the truncation point."""
+    cluster = replicated(Cluster(min_isr=1))
+    cluster.produce(1, encode_batch([b"a"], timestamps=T0), acks=1)
+    cluster.produce(1, encode_batch([b"b"], timestamps=T0), acks=1)
+    cluster.route(rounds=4)
+    follower = cluster.brokers[2]
+    assert cluster.core(2).log_end_offset == 2
+    follower.outbox.clear()
+    cluster.advance(FETCH_TIMEOUT_MS)  # its fetch parked at the leader is given up: it sends another
+    (fetch,) = [m for d, m in follower.outbox if d == 1 and isinstance(m, Request)]
+    diverging = wire.FetchPartitionResponse(
+        topic=TOPIC, partition=0, error=0, high_watermark=1, diverging_epoch=0, diverging_end_offset=1
+    )
+    follower.disk.fault = "failing"
+    follower.handle(1, Answer(fetch.tag, wire.FetchResponse(partitions=(diverging,))), cluster.now_ms)
+    (offline,) = cluster.events(2, events.ReplicaOffline)
+    assert offline.log_end_offset == 2  # type: ignore[attr-defined]
+    assert not cluster.events(2, events.LogTruncated), "a truncation the disk refused is not reported as done"

@@ -706,11 +706,22 @@ class ReplicaManager:
         else:
             assert isinstance(failed, StorageEffect), failed
             doomed = {TopicPartition(failed.topic, failed.partition)}
-            # The core counted the refused append already; the log ends where it began.
+            # The core counted the refused change already; the log ends where it did before it (a refused
+            # truncation: as its LogTruncated, not carried out either, says it did).
             if isinstance(failed, AppendAsLeader):
                 durable_end = failed.base_offset
             elif isinstance(failed, AppendAsFollower):
                 durable_end = failed.headers[0].base_offset
+            elif isinstance(failed, Truncate | TruncateFullyAndStartAt):
+                reported = (
+                    e.event
+                    for e in unapplied
+                    if isinstance(e, Emit)
+                    and isinstance(e.event, events.LogTruncated)
+                    and e.event.topic == failed.topic
+                    and e.event.partition == failed.partition
+                )
+                durable_end = next((event.log_end_offset_before for event in reported), None)
         out = [kept for effect in unapplied if (kept := _without(effect, doomed)) is not None]
         for tp in sorted(doomed):
             out += self._take_offline(tp, error, detail, durable_end)
