@@ -15,7 +15,7 @@ from hightide.core.controller import ControllerConfig, ControllerResult, Replica
 from hightide.core.effects import CONTROLLER, EnforceRetention
 from hightide.core.metadata_image import TopicPartition
 from hightide.core.partition import PartitionConfig
-from hightide.core.replica_manager import ReplicaManagerConfig
+from hightide.core.replica_manager import METADATA_LAG_BACKOFF_MS, ReplicaManagerConfig
 from hightide.protocol import events, wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import decode_batches, encode_batch
@@ -455,3 +455,27 @@ def test_a_refused_truncation_reports_the_log_as_it_was() -> None:
     (offline,) = cluster.events(2, events.ReplicaOffline)
     assert offline.log_end_offset == 2  # type: ignore[attr-defined]
     assert not cluster.events(2, events.LogTruncated), "a truncation the disk refused is not reported as done"
+
+
+def test_a_leader_behind_the_metadata_is_fetched_from_again_soon_and_a_broken_answer_after_the_backoff() -> None:
+    """A follower that learned of its new leader before the leader did is answered NOT_LEADER_OR_FOLLOWER: it
+    fetches again after METADATA_LAG_BACKOFF_MS, not replica.fetch.backoff.ms (else every failover's first commits
+    wait a second). Records that are not whole, intact batches are a real failure: the full backoff."""
+    cluster = replicated(Cluster())
+    follower = cluster.brokers[2]
+    for error, records, wait_ms in (
+        (ErrorCode.NOT_LEADER_OR_FOLLOWER, b"", METADATA_LAG_BACKOFF_MS),
+        (ErrorCode.NONE, b"not a batch", 100),  # the Cluster's replica.fetch.backoff.ms
+    ):
+        follower.outbox.clear()
+        cluster.advance(FETCH_TIMEOUT_MS + 100)  # the fetch in flight is given up: another goes
+        (fetch,) = [m for d, m in follower.outbox if d == 1 and isinstance(m, Request)]
+        follower.outbox.clear()
+        answer = wire.FetchPartitionResponse(
+            topic=TOPIC, partition=0, error=int(error), high_watermark=0, log_start_offset=0, records=records
+        )
+        follower.handle(1, Answer(fetch.tag, wire.FetchResponse(partitions=(answer,))), cluster.now_ms)
+        follower.tick(cluster.now_ms + wait_ms - 1)
+        assert not [m for d, m in follower.outbox if d == 1 and isinstance(m, Request)], error
+        follower.tick(cluster.now_ms + wait_ms)
+        assert [m for d, m in follower.outbox if d == 1 and isinstance(m, Request)], error

@@ -69,6 +69,12 @@ from hightide.protocol.events import Event
 from hightide.protocol.records import BatchHeader, InvalidRecordBatch
 
 MIB: Final = 1024 * 1024
+# How soon a follower fetches again when its leader answered only that the two have not both applied the same
+# metadata yet: the slower one catches up in milliseconds.
+METADATA_LAG_BACKOFF_MS: Final = 50
+_METADATA_LAG_ERRORS: Final = frozenset(
+    {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.FENCED_LEADER_EPOCH}
+)
 EARLIEST_TIMESTAMP: Final = -2
 LATEST_TIMESTAMP: Final = -1
 
@@ -578,29 +584,40 @@ class ReplicaManager:
 
     def on_fetch_response(self, leader: int, fetch_id: int, response: wire.FetchResponse, now: Now) -> list[Effect]:
         """Apply a leader's answer to this broker's fetch `fetch_id` (a stale one is ignored), partition by
-        partition; the next fetch goes at once, or after the backoff if anything failed."""
+        partition; the next fetch goes at once, or after the backoff if anything failed. A leader and its follower
+        learn a leadership from the metadata log each at its own pace: an error that only says the two have not
+        both applied it yet (NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH, FENCED_LEADER_EPOCH) is retried after
+        `METADATA_LAG_BACKOFF_MS`, not the whole replica.fetch.backoff.ms, which after every failover would hold
+        the new leader's first commits back by a second (Kafka's fetcher backs off the full time)."""
         session = self._sessions.get(leader)
         if session is None or not session.in_flight or session.fetch_id != fetch_id:
             return []
         session.in_flight = False
-        failed = response.error != 0
+        errors = {ErrorCode.UNKNOWN_SERVER_ERROR} if response.error != 0 else set()
         out: list[Effect] = []
         for answer in response.partitions:
             tp = TopicPartition(answer.topic, answer.partition)
             core = self.replicas.get(tp)
             if core is None:
                 continue
-            failed = failed or answer.error != 0
+            if answer.error != 0:
+                errors.add(wire.error_code_of(answer.error))
             try:
                 headers = validate_replicated(answer.records) if answer.error == 0 and answer.records else []
             except InvalidRecordBatch as rejected:
-                failed = True
+                errors.add(rejected.error_code)
                 out.append(Emit(self._rejected(core, leader, rejected)))
                 continue
             out += self._absorb(tp, core.on_fetch_response(leader, answer, headers, now.mono_ms))
-        backoff = self.config.replica_fetch_backoff_ms if failed else 0
-        session.next_ms = MonoMs(now.mono_ms + backoff)
+        session.next_ms = MonoMs(now.mono_ms + self._fetch_backoff_ms(errors))
         return out
+
+    def _fetch_backoff_ms(self, errors: set[ErrorCode]) -> int:
+        if not errors:
+            return 0
+        if errors <= _METADATA_LAG_ERRORS:
+            return min(self.config.replica_fetch_backoff_ms, METADATA_LAG_BACKOFF_MS)
+        return self.config.replica_fetch_backoff_ms
 
     def on_fetch_failed(self, leader: int, fetch_id: int, now: Now) -> list[Effect]:
         """This broker's fetch `fetch_id` got no answer (timed out, nobody listens): try again after the backoff."""
