@@ -1,0 +1,121 @@
+"""The lake as Spark DataFrames: every archived event with its id and its place in its emitter's order, and any
+event type's payload as typed columns.
+
+Room: services/history. The schemas here are explicit: the lake's columns mirror `hightide.lake.schema.SCHEMA`,
+and a payload's struct is derived from the event catalogue's declared field types (`payload_schema`), so Spark
+never infers a type from data. The order is the one `hightide.audit.rebuild.emitter_streams` defines: one emitter
+incarnation's events by `sequence`, the incarnations of one emitter (service, id) by the `wall_ms` of their first
+event, then by incarnation name; `position` numbers an emitter's events 0, 1, 2, ... in that order.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Final
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from hightide.lake.layout import scan_lake
+from hightide.protocol.events import CATALOGUE, INT32_MAX, Event, IntRange, field_hints
+
+LAKE_SCHEMA: Final = T.StructType(
+    [
+        T.StructField("stream_sequence", T.LongType(), False),
+        T.StructField("cluster_id", T.StringType(), False),
+        T.StructField("service", T.StringType(), False),
+        T.StructField("emitter_id", T.IntegerType(), False),
+        T.StructField("incarnation", T.StringType(), False),
+        T.StructField("sequence", T.LongType(), False),
+        T.StructField("wall_ms", T.LongType(), False),
+        T.StructField("time", T.TimestampType(), False),
+        T.StructField("mono_ns", T.LongType(), False),
+        T.StructField("type", T.StringType(), False),
+        T.StructField("version", T.IntegerType(), False),
+        T.StructField("topic", T.StringType(), True),
+        T.StructField("partition", T.IntegerType(), True),
+        T.StructField("replica", T.IntegerType(), True),
+        T.StructField("leader_epoch", T.IntegerType(), True),
+        T.StructField("payload", T.StringType(), False),
+    ]
+)
+EMITTER: Final = ("service", "emitter_id")
+
+
+def read_lake(spark: SparkSession, lake: Path) -> DataFrame:
+    """Every event of the lake's complete batches (the files `scan_lake` lists), with `event_id`,
+    `incarnation_start` (the wall_ms of the incarnation's first event) and `position` (its place in its emitter's
+    order). An exact duplicate of an event (same emitter incarnation and sequence, as an at-least-once relay may
+    store) is kept once."""
+    paths = [str(part.path) for part in scan_lake(lake).files]
+    if not paths:
+        return with_order(spark.createDataFrame([], LAKE_SCHEMA))
+    raw = spark.read.schema(LAKE_SCHEMA).parquet(*paths)
+    return with_order(raw)
+
+
+def with_order(raw: DataFrame) -> DataFrame:
+    """The lake's rows with `event_id`, `incarnation_start` and `position` added (see `read_lake`)."""
+    unique = raw.dropDuplicates(["service", "emitter_id", "incarnation", "sequence"])
+    incarnation = Window.partitionBy("service", "emitter_id", "incarnation")
+    emitter = Window.partitionBy(*EMITTER).orderBy("incarnation_start", "incarnation", "sequence")
+    return (
+        unique.withColumn("incarnation_start", F.min_by("wall_ms", "sequence").over(incarnation))
+        .withColumn("position", F.row_number().over(emitter) - 1)
+        .withColumn("event_id", event_id_column())
+    )
+
+
+def event_id_column() -> Column:
+    """`hightide.audit.findings.event_id` as a column: service:emitter_id:incarnation:sequence."""
+    emitter_id, sequence = F.col("emitter_id").cast("string"), F.col("sequence").cast("string")
+    return F.concat_ws(":", "service", emitter_id, "incarnation", sequence)
+
+
+def of_type(events: DataFrame, event_class: type[Event], keep: Sequence[str] = ()) -> DataFrame:
+    """The events of one type with their payload's fields as typed columns (named as the event's fields), next to
+    `event_id`, the emitter columns, `sequence`, `wall_ms`, `position` and `keep`. A field added in a later version
+    than an event's is null in that row, as `from_json` leaves a missing key: fill it with the field's default
+    where it matters."""
+    schema = payload_schema(event_class)
+    base = ["event_id", *EMITTER, "incarnation", "incarnation_start", "sequence", "wall_ms", "position", *keep]
+    common = [name for name in base if name not in schema.fieldNames()]
+    parsed = events.where(F.col("type") == event_class.TYPE).withColumn("_p", F.from_json("payload", schema))
+    return parsed.select(*common, *[F.col("_p").getField(name).alias(name) for name in schema.fieldNames()])
+
+
+def payload_schema(event_class: type[Event]) -> T.StructType:
+    """The struct of an event type's payload, from the catalogue's declared field types."""
+    assert CATALOGUE.get(event_class.TYPE) is event_class, f"{event_class} is not in the catalogue"
+    fields = field_hints(event_class).items()
+    return T.StructType([T.StructField(name, spark_type(hint), True) for name, hint in fields])
+
+
+def spark_type(hint: object) -> T.DataType:
+    """The Spark type of a catalogue field type: Int32 as int, Int64 as bigint, tuples as arrays (a fixed tuple of
+    Int32 and Int64 as bigints), `X | None` as X."""
+    origin = typing.get_origin(hint)
+    if origin is Annotated:
+        base, *metadata = typing.get_args(hint)
+        ranges = [meta for meta in metadata if isinstance(meta, IntRange)]
+        if base is int and ranges:
+            return T.IntegerType() if ranges[0].high <= INT32_MAX else T.LongType()
+        return spark_type(base)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        items = {spark_type(arg) for arg in args if arg is not Ellipsis}
+        if items == {T.IntegerType(), T.LongType()}:  # a fixed pair like (epoch, start offset): bigints
+            items = {T.LongType()}
+        assert len(items) == 1, f"a tuple field needs one item type to be an array: {hint}"
+        return T.ArrayType(items.pop(), True)
+    if origin in (typing.Union, types.UnionType):
+        options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        assert len(options) == 1, f"only X | None unions have a Spark type: {hint}"
+        return spark_type(options[0])
+    simple: dict[object, T.DataType] = {str: T.StringType(), bool: T.BooleanType(), int: T.LongType()}
+    assert hint in simple, f"no Spark type for {hint}"
+    return simple[hint]
