@@ -9,6 +9,8 @@ import dataclasses
 
 from hightide.protocol.envelope import Envelope
 from simulation.mutants import MUTANTS, Mutant
+
+__all__ = ["MUTANTS", "clean_history", "damaged", "mutant", "mutant_history"]
 from simulation.simulator import Simulation
 
 STEPS = 1_000

@@ -31,6 +31,13 @@ def add_parser(subparsers: Any) -> None:
     audit.set_defaults(run=run)
 
 
+def parse_paths(args: argparse.Namespace) -> argparse.Namespace:
+    """`--lake` and `--out` as Paths (argparse gives them as such here; a spark-submit job may give strings)."""
+    args.lake = Path(args.lake)
+    args.out = None if args.out is None else Path(args.out)
+    return args
+
+
 def run(args: argparse.Namespace) -> int:
     from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # noqa: PLC0415
     from pyspark.errors import PySparkException  # noqa: PLC0415  (Spark only when the command runs)

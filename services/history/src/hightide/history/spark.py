@@ -32,6 +32,9 @@ def session(master: str | None = None, app_name: str = APP_NAME) -> SparkSession
     if master is not None or not submitted:
         builder = builder.master(master or DEFAULT_MASTER)
     if not submitted:
+        # The executors' Python, should any Python run there (none does: the jobs have no Python UDFs); under
+        # spark-submit that is the submitter's to say.
+        builder = builder.config("spark.pyspark.python", sys.executable)
         # The driver's own JVM: quiet from its first line (setLogLevel below only applies once it is up).
         builder = builder.config(
             "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"
@@ -43,8 +46,6 @@ def session(master: str | None = None, app_name: str = APP_NAME) -> SparkSession
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
-        # The executors' Python, should any Python run there (none does: the jobs have no Python UDFs).
-        .config("spark.pyspark.python", sys.executable)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel(LOG_LEVEL)
