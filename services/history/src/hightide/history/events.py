@@ -53,7 +53,7 @@ EVENT_CONTENT: Final = ("cluster_id", "wall_ms", "mono_ns", "type", "version", "
 def read_lake(spark: SparkSession, lake: Path) -> DataFrame:
     """Every event of the lake's complete batches (the files `scan_lake` lists), with `event_id`,
     `incarnation_start` (the wall_ms of the incarnation's first event) and `position` (its place in its emitter's
-    order) and `variants` (see `with_order`). An exact duplicate of an event (same emitter incarnation and
+    order) and `clashing` (see `with_order`). An exact duplicate of an event (same emitter incarnation and
     sequence, as an at-least-once relay may store) is kept once."""
     paths = [str(part.path) for part in scan_lake(lake).files]
     if not paths:
@@ -65,15 +65,16 @@ def read_lake(spark: SparkSession, lake: Path) -> DataFrame:
 
 
 def with_order(raw: DataFrame) -> DataFrame:
-    """The lake's rows with `event_id`, `incarnation_start`, `position` and `variants` added (see `read_lake`).
+    """The lake's rows with `event_id`, `incarnation_start`, `position` and `clashing` added (see `read_lake`).
 
-    `variants` counts the different events the lake holds under the row's emitter incarnation and sequence: 1,
-    unless the emitter gave one sequence to two different events (`emitter_sequences_contiguous` reports it). Of
-    such rows the one kept is the first archived (lowest stream sequence), as the plain-Python reader, which reads
-    by stream sequence, keeps the first it sees."""
+    `clashing` is true when the lake holds a different event under the row's emitter incarnation and sequence: the
+    emitter gave one sequence to two events (`emitter_sequences_contiguous` reports it). Of such rows the one kept
+    is the first archived (lowest stream sequence), as the plain-Python reader, which reads by stream sequence,
+    keeps the first it sees."""
     key = Window.partitionBy(*EVENT_KEY)
+    content = F.struct(*EVENT_CONTENT)
     unique = (
-        raw.withColumn("variants", F.size(F.collect_set(F.struct(*EVENT_CONTENT)).over(key)))
+        raw.withColumn("clashing", F.min(content).over(key) != F.max(content).over(key))
         .withColumn("_copy", F.row_number().over(key.orderBy("stream_sequence", *EVENT_CONTENT)))
         .where(F.col("_copy") == 1)
         .drop("_copy")

@@ -2,7 +2,7 @@
 
 Room: services/history. The twin of `hightide.audit.checks.sequences` (the specification), with the same findings
 row for row: the gaps come from each emitter incarnation's sequences in order (`lag` over a window), the clashes
-from `read_lake`'s `variants` column (the lake's rows before exact duplicates were dropped).
+from `read_lake`'s `clashing` column (the lake's rows before exact duplicates were dropped).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _clashes(events: DataFrame) -> DataFrame:
         F.col("incarnation"),
         F.col("sequence"),
     )
-    clashing = events.where(F.col("variants") > 1)
+    clashing = events.where(F.col("clashing"))
     return clashing.select(*finding_columns(NAME, events=F.array(F.col("event_id")), detail=detail))
 
 
