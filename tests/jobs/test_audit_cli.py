@@ -71,6 +71,15 @@ def test_no_lake_there_exits_2_in_one_line(tmp_path: Path) -> None:
     assert result.stderr.strip().count("\n") == 0 and "no lake at" in result.stderr
 
 
+def test_an_empty_lake_exits_2_rather_than_pass(tmp_path: Path) -> None:
+    """A directory with no events (a mistyped path, an archiver that never ran) is not a clean history."""
+    (tmp_path / "lake").mkdir()
+
+    result = hightide("history", "audit", "--lake", str(tmp_path / "lake"))
+
+    assert result.returncode == 2 and "holds no events" in result.stderr
+
+
 @pytest.mark.parametrize("stray", ["notes.txt", "events-1-1.1of1.parquet"])
 def test_a_file_that_is_not_ours_exits_2_in_one_line(tmp_path: Path, stray: str) -> None:
     """A stray file in an hour directory, or one named like ours that is not Parquet: one line naming it."""

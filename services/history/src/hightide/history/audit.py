@@ -30,10 +30,14 @@ def run_audit(spark: SparkSession, lake: Path) -> list[Finding]:
 
 
 def check_lake(lake: Path) -> int:
-    """How many events the lake holds; raises LakeError when there is no lake there or a file in it is not ours."""
+    """How many events the lake holds; raises LakeError when there is no lake there, a file in it is not ours, or
+    it holds no event (an audit of nothing would pass: a mistyped path must not look like a clean history)."""
     if not lake.is_dir():
         raise LakeError(f"no lake at {lake} (expected a directory the archiver or `hightide events export` wrote)")
-    return count_events(lake)
+    events = count_events(lake)
+    if events == 0:
+        raise LakeError(f"the lake at {lake} holds no events")
+    return events
 
 
 def audit_frame(events: DataFrame) -> DataFrame:
