@@ -108,7 +108,10 @@ def test_an_out_that_is_a_file_exits_2(tmp_path: Path) -> None:
     assert result.returncode == 2 and "is not a directory" in result.stderr
 
 
-def test_usage_errors_exit_2() -> None:
-    result = hightide("history", "audit")
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    no_lake = hightide("history", "audit")
+    bad_master = hightide("history", "audit", "--lake", str(tmp_path), "--master", "sparky://host")
 
-    assert result.returncode == 2 and "--lake" in result.stderr
+    assert no_lake.returncode == 2 and "--lake" in no_lake.stderr
+    assert bad_master.returncode == 2 and "not a Spark master URL" in bad_master.stderr
+    assert "Traceback" not in no_lake.stderr + bad_master.stderr

@@ -9,6 +9,7 @@ imported only when the command runs, so `hightide --help` stays quick.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any, Final
@@ -17,6 +18,7 @@ EXIT_CLEAN: Final = 0
 EXIT_VIOLATED: Final = 1
 EXIT_USAGE: Final = 2
 PROG: Final = "hightide history audit"
+MASTER_URL: Final = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|(spark|k8s)://\S+|yarn")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -27,8 +29,17 @@ def add_parser(subparsers: Any) -> None:
     )
     audit.add_argument("--lake", type=Path, required=True, help="the lake directory (the archiver's, or an export)")
     audit.add_argument("--out", type=Path, default=None, help="write findings.parquet, findings.json, summary.txt")
-    audit.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    audit.add_argument("--master", type=master_url, default=None, help="Spark master URL (default local[*])")
     audit.set_defaults(run=run)
+
+
+def master_url(text: str) -> str:
+    """A Spark master URL as spark-submit accepts one (checked here: Spark would fail with a Java stack trace)."""
+    if not MASTER_URL.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"not a Spark master URL: {text!r} (local[N], spark://HOST:PORT, k8s://..., yarn)"
+        )
+    return text
 
 
 def parse_paths(args: argparse.Namespace) -> argparse.Namespace:
