@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import SparkSession
 
 from hightide.audit import audit
 from hightide.audit.findings import COLUMNS, from_row
+from hightide.history.cli import main
 from support import simulated
 from support.lake_history import write_lake
 
@@ -54,14 +56,16 @@ def test_a_damaged_history_exits_1_and_writes_its_findings(tmp_path: Path) -> No
     assert (tmp_path / "out" / "summary.txt").read_text() == result.stdout
 
 
-@pytest.mark.slow
-def test_a_clean_history_exits_0(tmp_path: Path) -> None:
+def test_a_clean_history_exits_0(spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """In this process (`python -m hightide.history`'s `main`), on the tests' Spark session, which it leaves up."""
     lake = write_lake(simulated.clean_history(1), tmp_path / "lake")
 
-    result = hightide("history", "audit", "--lake", str(lake))
+    code = main(["audit", "--lake", str(lake)])
 
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "0 violations" in result.stdout and "result: clean" in result.stdout
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "0 violations" in out and "result: clean" in out
+    assert spark.range(1).count() == 1
 
 
 def test_no_lake_there_exits_2_in_one_line(tmp_path: Path) -> None:

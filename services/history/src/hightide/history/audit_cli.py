@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def audit(lake: Path, out: Path | None, master: str | None) -> int:
+    from pyspark.sql import SparkSession  # noqa: PLC0415
+
     from hightide.history.audit import check_lake, run_audit  # noqa: PLC0415
     from hightide.history.checks.registry import all_checks  # noqa: PLC0415
     from hightide.history.outputs import summary_text, write_outputs  # noqa: PLC0415
@@ -75,11 +77,14 @@ def audit(lake: Path, out: Path | None, master: str | None) -> int:
     events = check_lake(lake)
     if out is not None and out.exists() and not out.is_dir():
         return _fail(f"--out {out} is not a directory", EXIT_USAGE)
-    spark = session(master)
+    # A process that already has a session (a test, a notebook) keeps it, and it stays up for its owner.
+    ours = SparkSession.getActiveSession() is None
+    spark = session(master) if ours else SparkSession.builder.getOrCreate()
     try:
         findings = run_audit(spark, lake)
     finally:
-        spark.stop()
+        if ours:
+            spark.stop()
     summary = summary_text(findings, all_checks(), lake, events)
     if out is not None:
         write_outputs(findings, summary, out)
