@@ -31,7 +31,8 @@ install: .venv/.synced  ## create the locked environment (.venv)
 # when missing and this user may (root, or sudo without a password); otherwise a one-line instruction.
 JAVA_PACKAGE := openjdk-17-jre-headless
 java:  ## check (or install) the Java runtime PySpark needs
-	@if java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])'; then exit 0; fi; \
+	@version="$$(java -version 2>&1 || true)"; \
+	 if [[ "$$version" =~ version\ \"(1[7-9]|[2-9][0-9]) ]]; then exit 0; fi; \
 	 if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
 	   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(JAVA_PACKAGE); \
 	 elif command -v apt-get >/dev/null && sudo -n true 2>/dev/null; then \
