@@ -12,7 +12,7 @@ export UV_PYTHON_DOWNLOADS := never
 export UV_PYTHON_PREFERENCE := only-system
 RUN := $(UV) run --locked --no-sync
 
-.PHONY: help install lint typecheck imports test test-fast bench run demo down simulate clean
+.PHONY: help install java lint typecheck imports test test-fast bench run demo down simulate clean
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
@@ -27,13 +27,25 @@ $(UV):
 
 install: .venv/.synced  ## create the locked environment (.venv)
 
+# The jobs tier runs PySpark (from the lock), which needs a Java 17+ runtime: installed from Debian's packages
+# when missing and this user may (root, or sudo without a password); otherwise a one-line instruction.
+JAVA_PACKAGE := openjdk-17-jre-headless
+java:  ## check (or install) the Java runtime PySpark needs
+	@version="$$(java -version 2>&1 || true)"; \
+	 if [[ "$$version" =~ version\ \"(1[7-9]|[2-9][0-9]) ]]; then exit 0; fi; \
+	 if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(JAVA_PACKAGE); \
+	 elif command -v apt-get >/dev/null && sudo -n true 2>/dev/null; then \
+	   sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(JAVA_PACKAGE); \
+	 else echo "make: PySpark needs Java 17 or later on PATH (Debian: apt-get install $(JAVA_PACKAGE))" >&2; exit 1; fi
+
 lint: install  ## ruff (lint and format), mypy (strict for libs/), import-linter contracts
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) mypy
 	$(RUN) lint-imports
 
-test: install lint  ## every test tier present (what CI runs)
+test: install java lint  ## every test tier present (what CI runs)
 	@$(RUN) pytest tests; rc=$$?; \
 	 if [ $$rc -eq 5 ]; then echo "FAIL: pytest collected no tests; CI must not pass empty" >&2; fi; \
 	 exit $$rc

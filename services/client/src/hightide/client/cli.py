@@ -6,7 +6,8 @@ line with the Kafka error name, never a traceback for an expected failure. Exit 
 
 `hightide broker ...`, `hightide controller ...` and `hightide archiver ...` become the service's own process
 (`python -m hightide.broker`), so the client never imports another service; the other subcommands live in
-`commands`, and `events ...` in `events_cli`.
+`commands`, and `events ...` in `events_cli`. Other services plug commands in through the `hightide.commands`
+entry point group (`history ...`, from services/history), without the client importing them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from hightide.runtime.nats import NatsUnavailable
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+COMMANDS_GROUP = "hightide.commands"
 
 
 def _common_options() -> argparse.ArgumentParser:
@@ -65,7 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
     _topic_commands(subparsers, common)
     _client_commands(subparsers, common)
     events_cli.add_events_commands(subparsers, common)
+    _plugged_in_commands(subparsers, common)
     return parser
+
+
+def _plugged_in_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    """The commands other services add (`history`, from services/history): each entry point of the
+    `hightide.commands` group is a function taking these subparsers and the common options. A service that is not
+    installed adds nothing."""
+    for entry_point in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        entry_point.load()(subparsers, common)
 
 
 def _cluster_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:

@@ -44,23 +44,41 @@ LAKE_SCHEMA: Final = T.StructType(
     ]
 )
 EMITTER: Final = ("service", "emitter_id")
+EVENT_KEY: Final = ("service", "emitter_id", "incarnation", "sequence")
+# What makes two rows under one EVENT_KEY the same event (the envelope's fields; the other columns derive from them,
+# or, like stream_sequence, say where the lake got the copy).
+EVENT_CONTENT: Final = ("cluster_id", "wall_ms", "mono_ns", "type", "version", "payload")
 
 
 def read_lake(spark: SparkSession, lake: Path) -> DataFrame:
     """Every event of the lake's complete batches (the files `scan_lake` lists), with `event_id`,
     `incarnation_start` (the wall_ms of the incarnation's first event) and `position` (its place in its emitter's
-    order). An exact duplicate of an event (same emitter incarnation and sequence, as an at-least-once relay may
-    store) is kept once."""
+    order) and `clashing` (see `with_order`). An exact duplicate of an event (same emitter incarnation and
+    sequence, as an at-least-once relay may store) is kept once."""
     paths = [str(part.path) for part in scan_lake(lake).files]
     if not paths:
-        return with_order(spark.createDataFrame([], LAKE_SCHEMA))
+        # An empty frame made in the JVM: `createDataFrame` from Python data would need Python on the executors.
+        nothing = [F.lit(None).cast(field.dataType).alias(field.name) for field in LAKE_SCHEMA.fields]
+        return with_order(spark.range(0).select(*nothing))
     raw = spark.read.schema(LAKE_SCHEMA).parquet(*paths)
     return with_order(raw)
 
 
 def with_order(raw: DataFrame) -> DataFrame:
-    """The lake's rows with `event_id`, `incarnation_start` and `position` added (see `read_lake`)."""
-    unique = raw.dropDuplicates(["service", "emitter_id", "incarnation", "sequence"])
+    """The lake's rows with `event_id`, `incarnation_start`, `position` and `clashing` added (see `read_lake`).
+
+    `clashing` is true when the lake holds a different event under the row's emitter incarnation and sequence: the
+    emitter gave one sequence to two events (`emitter_sequences_contiguous` reports it). Of such rows the one kept
+    is the first archived (lowest stream sequence), as the plain-Python reader, which reads by stream sequence,
+    keeps the first it sees."""
+    key = Window.partitionBy(*EVENT_KEY)
+    content = F.struct(*EVENT_CONTENT)
+    unique = (
+        raw.withColumn("clashing", F.min(content).over(key) != F.max(content).over(key))
+        .withColumn("_copy", F.row_number().over(key.orderBy("stream_sequence", *EVENT_CONTENT)))
+        .where(F.col("_copy") == 1)
+        .drop("_copy")
+    )
     incarnation = Window.partitionBy("service", "emitter_id", "incarnation")
     emitter = Window.partitionBy(*EMITTER).orderBy("incarnation_start", "incarnation", "sequence")
     return (

@@ -1,0 +1,41 @@
+"""Every check of the plain-Python audit, by name: the groups' `CHECKS` put together.
+
+Room: libs/audit (pure). `GROUPS` names the modules of `hightide.audit.checks` (one per group of invariants); the
+Spark registry (`hightide.history.checks.registry`) lists the same groups and must give the same names, which a
+test asserts. A group whose module is not there is skipped (`present_groups` says which are), so a branch that has
+only some groups still audits with those; `missing_groups` names the rest.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from hightide.audit.findings import Finding
+from hightide.audit.history import History
+
+Check = Callable[[History], Iterable[Finding]]
+PACKAGE: Final = "hightide.audit.checks"
+GROUPS: Final = ("sequences", "metadata", "high_watermark", "commits", "clients")
+
+
+def all_checks() -> dict[str, Check]:
+    """Every present group's checks, in `GROUPS` order then each group's own; a name in two groups is an error."""
+    checks: dict[str, Check] = {}
+    for group in present_groups():
+        module = importlib.import_module(f"{PACKAGE}.{group}")
+        group_checks: dict[str, Check] = module.CHECKS
+        clashing = sorted(set(checks) & set(group_checks))
+        assert not clashing, f"check names in two groups: {clashing}"
+        checks.update(group_checks)
+    return checks
+
+
+def present_groups() -> tuple[str, ...]:
+    return tuple(group for group in GROUPS if importlib.util.find_spec(f"{PACKAGE}.{group}") is not None)
+
+
+def missing_groups() -> tuple[str, ...]:
+    return tuple(group for group in GROUPS if group not in present_groups())

@@ -1,0 +1,51 @@
+"""The whole Spark audit: `run_audit(spark, lake)` reads the lake once, runs every check, and collects the findings.
+
+Room: services/history. The twin of `hightide.audit.audit` (the specification); both return the same sorted
+`Finding`s. Every file of the lake is checked to be ours before Spark reads it (`hightide.lake.count_events` opens
+each footer), so a stray file is a one-line `NotOurFile`, not a Spark stack trace.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from hightide.audit.findings import Finding
+from hightide.history.checks.registry import all_checks
+from hightide.history.events import read_lake
+from hightide.history.findings import FINDINGS_SCHEMA, collect_findings, finding_columns
+from hightide.lake import LakeError, count_events
+
+
+def run_audit(spark: SparkSession, lake: Path) -> list[Finding]:
+    """Every finding of every check over the lake's history, sorted. Raises LakeError (or NotOurFile) when the lake
+    cannot be read as ours, before Spark reads anything."""
+    check_lake(lake)
+    events = read_lake(spark, lake).cache()
+    try:
+        return collect_findings(audit_frame(events))
+    finally:
+        events.unpersist()
+
+
+def check_lake(lake: Path) -> int:
+    """How many events the lake holds; raises LakeError when there is no lake there, a file in it is not ours, or
+    it holds no event (an audit of nothing would pass: a mistyped path must not look like a clean history)."""
+    if not lake.is_dir():
+        raise LakeError(f"no lake at {lake} (expected a directory the archiver or `hightide events export` wrote)")
+    events = count_events(lake)
+    if events == 0:
+        raise LakeError(f"the lake at {lake} holds no events")
+    return events
+
+
+def audit_frame(events: DataFrame) -> DataFrame:
+    """The union of every check's findings over `read_lake`'s DataFrame (cache it first: each check reads it)."""
+    frames = [check(events).select(*FINDINGS_SCHEMA.fieldNames()) for check in all_checks().values()]
+    if not frames:
+        return events.limit(0).select(*finding_columns("none"))
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    return union

@@ -1,0 +1,62 @@
+"""The Spark session of the history jobs: `session(master)`.
+
+Room: services/history. One place decides how the jobs meet Spark: `local[*]` unless told otherwise (or unless
+`spark-submit` started this process, whose `--master` then holds), the driver on 127.0.0.1 when the executors run
+on this machine, no web UI, UTC as the SQL session's time zone (event times are UTC), few shuffle partitions (a
+history of millions of events is still small for Spark; adaptive execution merges what is left), and quiet logs,
+so that a command's own output is what a person reads.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Final
+from urllib.parse import urlparse
+
+from pyspark.sql import SparkSession
+
+DEFAULT_MASTER: Final = "local[*]"
+APP_NAME: Final = "hightide-history"
+SHUFFLE_PARTITIONS: Final = 8
+LOG_LEVEL: Final = "ERROR"
+LOOPBACK: Final = "127.0.0.1"
+LOG4J2_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
+
+
+def session(master: str | None = None, app_name: str = APP_NAME) -> SparkSession:
+    """A Spark session for the history jobs on `master` (default `local[*]`; under spark-submit, its master)."""
+    builder = SparkSession.builder.appName(app_name)
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit launched this Python and owns its settings
+    if master is not None or not submitted:
+        builder = builder.master(master or DEFAULT_MASTER)
+    if not submitted:
+        # The executors' Python, should any Python run there (none does: the jobs have no Python UDFs); under
+        # spark-submit that is the submitter's to say.
+        builder = builder.config("spark.pyspark.python", sys.executable)
+        # The driver's own JVM: quiet from its first line (setLogLevel below only applies once it is up).
+        builder = builder.config(
+            "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"
+        )
+    if on_this_machine(master or ("" if submitted else DEFAULT_MASTER)):
+        builder = builder.config("spark.driver.bindAddress", LOOPBACK).config("spark.driver.host", LOOPBACK)
+    spark = (
+        builder.config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel(LOG_LEVEL)
+    return spark
+
+
+def on_this_machine(master: str) -> bool:
+    """Whether the executors of `master` run on this machine, so the driver can listen on the loopback only."""
+    if master.startswith("local"):
+        return True
+    if master.startswith("spark://"):
+        hosts = [urlparse(f"spark://{part}").hostname for part in master.removeprefix("spark://").split(",")]
+        return all(host in (LOOPBACK, "localhost") for host in hosts)
+    return False
