@@ -23,10 +23,14 @@ A leadership tenure (leader_hw_monotonic, hw_advance_guarded) is a run of one br
 replica from a BecameLeader to its next BecameLeader, BecameFollower, LogOpened, LogDeleted or ReplicaOffline.
 In a tenure, as `hightide.core.partition` does (Kafka's Partition.scala):
 
-- the committed ISR is the last BecameLeader's or IsrChangeCompleted's `isr`; an IsrChangeProposed is pending
-  until an IsrChangeCompleted with error NONE, OPERATION_NOT_ATTEMPTED or INELIGIBLE_REPLICA (the other errors
-  leave it in flight until new metadata, a BecameLeader, arrives); the maximal ISR is committed | pending
-  (Kafka's maximalIsr: an expansion counts the new member at once, a shrink keeps the old ones);
+- the committed ISR is the last BecameLeader's or IsrChangeCompleted's `isr`, where an IsrChangeCompleted
+  counts only while a proposal is in flight: Kafka changes a leader's committed ISR only in makeLeader or on the
+  answer to its pending AlterPartition, so a leader that "completes" a change it never proposed has not heard
+  the controller (the `leader_shrinks_isr_on_its_own` mutant does that);
+- an IsrChangeProposed is pending until an IsrChangeCompleted with error NONE, OPERATION_NOT_ATTEMPTED or
+  INELIGIBLE_REPLICA (the other errors leave it in flight until new metadata, a BecameLeader, arrives); the
+  maximal ISR is committed | pending (Kafka's maximalIsr: an expansion counts the new member at once, a shrink
+  keeps the old ones);
 - a follower's known LEO is the leader's last FollowerStateUpdated for it since the leader's core was made or
   last followed (LogOpened, BecameFollower, LogDeleted, ReplicaOffline); a BecameLeader keeps it (Kafka's
   resetReplicaState keeps it when the leader was already leading). Unknown counts as -1;
@@ -215,7 +219,7 @@ def _step(view: _LeaderView, envelope: Envelope) -> _Advance | None:
             view.follower_leos[event.replica] = (event.log_end_offset, event_id)
         case events.IsrChangeProposed() if tenure is not None:
             tenure.pending, tenure.pending_event = tuple(event.proposed_isr), event_id
-        case events.IsrChangeCompleted() if tenure is not None:
+        case events.IsrChangeCompleted() if tenure is not None and tenure.pending:
             tenure.isr, tenure.isr_event = tuple(event.isr), event_id
             if event.error in ENDS_PROPOSAL_ERRORS:
                 tenure.pending, tenure.pending_event = (), ""
