@@ -64,7 +64,7 @@ HISTORIES: dict[str, tuple[Callable[[], list[Envelope]], dict[str, int]]] = {
     ),
     "hand-written": (
         hw_histories.every_scenario,
-        {specification.HW_WITHIN_LOG: 2, specification.LEADER_HW_MONOTONIC: 2, specification.HW_ADVANCE_GUARDED: 4},
+        {specification.HW_WITHIN_LOG: 2, specification.LEADER_HW_MONOTONIC: 2, specification.HW_ADVANCE_GUARDED: 6},
     ),
 }
 

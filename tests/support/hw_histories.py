@@ -314,6 +314,32 @@ def isr_shrunk_unasked() -> Scenario:
     return Scenario(one.envelopes, ids)
 
 
+def hw_on_pending_expansion_below_min_isr() -> Scenario:
+    """Topic c2grow has min.insync.replicas=2. Leader 1 with ISR 1 proposes adding 2; with 2 at LEO 4 it advances
+    its HW from 0 to 4 before the controller commits the expansion: its committed ISR is [1]."""
+    one = Broker(1, "c2grow")
+    controller = controller_events("c2grow", topic_created("c2grow", (("min.insync.replicas", "2"),)))
+    ids = {"leader": one.became_leader(1, (1,))}
+    one.appended(0, 3)
+    ids["proposed"] = one.isr_proposed((1,), (1, 2), "expand")
+    one.follower_at(2, 4)
+    ids["to4"] = one.hw_advanced(0, 4)
+    return Scenario(controller + one.envelopes, ids)
+
+
+def followers_forgotten() -> Scenario:
+    """Leader 1 of epoch 1 knew follower 2 at LEO 5; it followed in epoch 2 and leads again in epoch 3 (ISR 1, 2),
+    where it advances its HW from 0 to 3 before 2 fetches: what it knew of 2 went when it followed."""
+    one = Broker(1, "c2forgot")
+    one.became_leader(1, (1, 2))
+    one.appended(0, 4)
+    one.follower_at(2, 5)
+    one.became_follower(2, 2, leo=5)
+    ids = {"leader": one.became_leader(3, (1, 2), leo=5)}
+    ids["to3"] = one.hw_advanced(0, 3)
+    return Scenario(one.envelopes, ids)
+
+
 def hw_guarded() -> Scenario:
     """Clean, as the core emits it: each follower's state update comes before the advance it allows; a pending
     shrink keeps the old members until refused (then they no longer count); a proposal whose answer says to wait
@@ -346,7 +372,15 @@ def hw_guarded() -> Scenario:
     return Scenario(controller + one.envelopes, {})
 
 
-VIOLATING = (hw_past_leo, leader_hw_goes_down, hw_past_lagging_member, hw_below_min_isr, isr_shrunk_unasked)
+VIOLATING = (
+    hw_past_leo,
+    leader_hw_goes_down,
+    hw_past_lagging_member,
+    hw_below_min_isr,
+    isr_shrunk_unasked,
+    hw_on_pending_expansion_below_min_isr,
+    followers_forgotten,
+)
 CLEAN = (replica_in_order, hw_monotonic_tenures, hw_guarded)
 
 

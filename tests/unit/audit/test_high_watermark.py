@@ -148,7 +148,52 @@ def test_an_advance_with_the_maximal_isr_below_min_insync_replicas_is_found() ->
             first_offset=2,
             last_offset=3,
             events=[ids["to4"], ids["completed"]],
-            detail="leader 1 of epoch 1 advanced the HW from 2 to 4 with maximal ISR [1], below min.insync.replicas 2",
+            detail="leader 1 of epoch 1 advanced the HW from 2 to 4 with ISR [1], below min.insync.replicas 2",
+        )
+    ]
+
+
+def test_a_pending_expansion_does_not_make_the_isr_big_enough() -> None:
+    """Given topic c2grow with min.insync.replicas 2 and leader 1 alone in its ISR, when it proposes adding 2 and
+    advances its HW from 0 to 4 (2 at LEO 4) before the controller commits the change, then the finding names
+    offsets 0..3, the advance and the BecameLeader that set ISR [1]."""
+    scenario = hw_histories.hw_on_pending_expansion_below_min_isr()
+    ids = scenario.ids
+
+    found = sorted(hw_advance_guarded(History.of(scenario.history)))
+
+    assert found == [
+        finding(
+            HW_ADVANCE_GUARDED,
+            topic="c2grow",
+            partition=0,
+            replica=1,
+            first_offset=0,
+            last_offset=3,
+            events=[ids["leader"], ids["to4"]],
+            detail="leader 1 of epoch 1 advanced the HW from 0 to 4 with ISR [1], below min.insync.replicas 2",
+        )
+    ]
+
+
+def test_what_a_leader_knew_of_its_followers_goes_when_it_follows() -> None:
+    """Given leader 1 that knew follower 2 at LEO 5, when it follows in epoch 2, leads again in epoch 3 and
+    advances its HW from 0 to 3 before 2 fetches, then the finding names offsets 0..2 and the advance only."""
+    scenario = hw_histories.followers_forgotten()
+    ids = scenario.ids
+
+    found = sorted(hw_advance_guarded(History.of(scenario.history)))
+
+    assert found == [
+        finding(
+            HW_ADVANCE_GUARDED,
+            topic="c2forgot",
+            partition=0,
+            replica=1,
+            first_offset=0,
+            last_offset=2,
+            events=[ids["to3"]],
+            detail="leader 1 of epoch 3 advanced the HW from 0 to 3 while its maximal ISR member 2 had no known LEO",
         )
     ]
 
@@ -206,4 +251,5 @@ def test_the_three_checks_are_registered_under_their_names() -> None:
     every = History.of(hw_histories.every_scenario())
     found: list[Finding] = [f for check in CHECKS.values() for f in check(every)]
     assert set(CHECKS) == {HW_WITHIN_LOG, LEADER_HW_MONOTONIC, HW_ADVANCE_GUARDED}
-    assert {f.topic for f in found} == {"b1", "c1", "c2", "c2min", "c2alone"}  # the violating scenarios, and only they
+    violating = {"b1", "c1", "c2", "c2min", "c2alone", "c2grow", "c2forgot"}
+    assert {f.topic for f in found} == violating  # the violating scenarios, and only they

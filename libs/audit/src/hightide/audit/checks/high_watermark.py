@@ -9,8 +9,8 @@ must match row for row. It owns three checks:
 | hw_within_log       | after every offset-changing event of a replica: log start <= HW <= LEO    | B1 HwLeLeo       |
 | leader_hw_monotonic | in one leadership tenure, HighWatermarkAdvanced goes strictly up and     | C1 (Vanlightly   |
 |                     | chains (`previous` is the HW the tenure held)                            | §6.4)            |
-| hw_advance_guarded  | a leader's HW advances to h only with |maximal ISR| >= min ISR and every  | C2 SafeToAdvance |
-|                     | other maximal-ISR member known (FollowerStateUpdated) at LEO >= h         | Hwm, Kip320 r. 3 |
+| hw_advance_guarded  | a leader's HW advances to h only with |ISR| >= min ISR and every other    | C2 SafeToAdvance |
+|                     | maximal-ISR member known (FollowerStateUpdated) at LEO >= h               | Hwm, Kip320 r. 3 |
 
 Replica state (hw_within_log) is folded by `hightide.audit.rebuild`'s replica rules, keyed by (topic, partition,
 replica) over the emitter streams in `History.all()` order: LogOpened replaces the state; RecordsAppended sets the
@@ -36,7 +36,10 @@ In a tenure, as `hightide.core.partition` does (Kafka's Partition.scala):
   resetReplicaState keeps it when the leader was already leading). Unknown counts as -1;
 - the core emits FollowerStateUpdated before the HighWatermarkAdvanced it causes, so the order of the stream is
   the order of knowledge;
-- min.insync.replicas is effective as Kafka's effectiveMinIsr: min(the topic's value, |replicas|).
+- min.insync.replicas is effective as Kafka's effectiveMinIsr: min(the topic's value, |replicas|), and it is
+  the committed ISR that must reach it (§8 C2's #isr_r; Kafka's isUnderMinIsr, and `hightide.core.partition`'s
+  gate, count `partitionState.isr`): a pending expansion does not make an ISR big enough, while the maximal ISR
+  is what every member of must hold the records.
 
 The topic's value is the least that any TopicCreated or TopicConfigsAltered of that topic name in the history
 set (a TopicCreated without it, a config removed, or a value that is not a whole number >= 1 counts as the
@@ -270,8 +273,9 @@ def leader_hw_monotonic(history: History) -> Iterator[Finding]:
 
 def hw_advance_guarded(history: History) -> Iterator[Finding]:
     """C2 HwAdvanceGuard (TLA+ SafeToAdvanceHwm, Kip320 rule 3, Vanlightly §6.5.2; Kafka's maybeIncrementLeaderHW):
-    when a leader's HW advances to h, its maximal ISR has at least min(min.insync.replicas, |replicas|) members,
-    and every member but the leader is known at LEO >= h. One finding for a too small maximal ISR (offsets
+    when a leader's HW advances to h, its committed ISR has at least min(min.insync.replicas, |replicas|)
+    members, and every maximal-ISR member but the leader is known at LEO >= h. One finding for a too small ISR
+    (offsets
     previous .. h - 1) and one per member behind (offsets max(previous, its LEO) .. h - 1)."""
     min_isr = topic_min_insync_replicas(history)
     for advance in leader_advances(history):
@@ -286,8 +290,8 @@ def _guard(advance: _Advance, topic_min_isr: int) -> Iterator[Finding]:
         f"to {event.high_watermark}"
     )
     effective = min(topic_min_isr, len(tenure.replicas))
-    if len(maximal) < effective:
-        members = ", ".join(str(member) for member in maximal)
+    if len(tenure.isr) < effective:
+        members = ", ".join(str(member) for member in sorted(tenure.isr))
         yield finding(
             HW_ADVANCE_GUARDED,
             topic=event.topic,
@@ -295,8 +299,8 @@ def _guard(advance: _Advance, topic_min_isr: int) -> Iterator[Finding]:
             replica=leader,
             first_offset=event.previous,
             last_offset=event.high_watermark - 1,
-            events=[History.id(advance.envelope), tenure.isr_event, *([tenure.pending_event] * bool(tenure.pending))],
-            detail=f"{said} with maximal ISR [{members}], below min.insync.replicas {effective}",
+            events=[History.id(advance.envelope), tenure.isr_event],
+            detail=f"{said} with ISR [{members}], below min.insync.replicas {effective}",
         )
     for member in maximal:
         if member == leader:

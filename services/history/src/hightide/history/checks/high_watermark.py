@@ -271,8 +271,8 @@ def leader_hw_monotonic(frame: DataFrame) -> DataFrame:
 
 
 def hw_advance_guarded(frame: DataFrame) -> DataFrame:
-    """C2 HwAdvanceGuard (SafeToAdvanceHwm, Kip320 rule 3): a leader's HW advances to h only with |maximal ISR| >=
-    min(min.insync.replicas, |replicas|) and every other member known at LEO >= h (see
+    """C2 HwAdvanceGuard (SafeToAdvanceHwm, Kip320 rule 3): a leader's HW advances to h only with |ISR| >=
+    min(min.insync.replicas, |replicas|) and every other maximal-ISR member known at LEO >= h (see
     `hightide.audit.checks.high_watermark.hw_advance_guarded`)."""
     view = _leader_view(frame)
     advances = _advances(view)
@@ -291,9 +291,8 @@ def _too_small_isr(frame: DataFrame, advances: DataFrame) -> DataFrame:
         "effective_min_isr",
         F.least(F.coalesce("min_insync_replicas", F.lit(DEFAULT_MIN_INSYNC_REPLICAS)), F.size("replicas")),
     )
-    small = with_min.where(F.size("maximal_isr") < F.col("effective_min_isr"))
-    members = F.array_join(F.col("maximal_isr").cast("array<string>"), ", ")
-    pending_event = F.when(F.size("pending") > 0, F.col("pending_event"))
+    small = with_min.where(F.size("isr") < F.col("effective_min_isr"))
+    members = F.array_join(F.array_sort("isr").cast("array<string>"), ", ")
     return small.select(
         *finding_columns(
             HW_ADVANCE_GUARDED,
@@ -302,9 +301,9 @@ def _too_small_isr(frame: DataFrame, advances: DataFrame) -> DataFrame:
             replica=F.col("replica"),
             first_offset=F.col("previous"),
             last_offset=F.col("high_watermark") - 1,
-            events=F.array_compact(F.array(F.col("event_id"), F.col("isr_event"), pending_event)),
+            events=F.array(F.col("event_id"), F.col("isr_event")),
             detail=F.format_string(
-                "%s with maximal ISR [%s], below min.insync.replicas %d", _said(), members, F.col("effective_min_isr")
+                "%s with ISR [%s], below min.insync.replicas %d", _said(), members, F.col("effective_min_isr")
             ),
         )
     )
