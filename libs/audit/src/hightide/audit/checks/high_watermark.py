@@ -38,15 +38,16 @@ In a tenure, as `hightide.core.partition` does (Kafka's Partition.scala):
   the order of knowledge;
 - min.insync.replicas is effective as Kafka's effectiveMinIsr: min(the topic's value, |replicas|), and it is
   the committed ISR that must reach it (§8 C2's #isr_r; Kafka's isUnderMinIsr, and `hightide.core.partition`'s
-  gate, count `partitionState.isr`): a pending expansion does not make an ISR big enough, while the maximal ISR
-  is what every member of must hold the records.
+  gate, count `partitionState.isr`): a pending expansion does not make an ISR big enough, though every member
+  of the maximal ISR must hold the records.
 
 The topic's value is the least that any TopicCreated or TopicConfigsAltered of that topic name in the history
-set (a TopicCreated without it, a config removed, or a value that is not a whole number >= 1 counts as the
-default, 1: the `min.insync.replicas` row of `hightide.core.topic_configs`). A broker applies a config change when
-its metadata reaches it, which its own events do not order, so the least value is the one rule that never flags a
-legitimate advance. The broker's own default (`min.insync.replicas` in server.properties) is not in the history:
-a cluster run with a higher default is audited against 1.
+set, committed or not (an abandoned intent can only lower the bound). A TopicCreated without it, a config removed,
+or a value that is not a whole number >= 1 counts as the default, 1 (the `min.insync.replicas` row of
+`hightide.core.topic_configs`). A broker applies a config change when its metadata reaches it, which its own
+events do not order, so the least value is the one rule that never flags a legitimate advance. The broker's own
+default (`min.insync.replicas` in server.properties) is not in the history: a cluster run with a higher default
+is audited against 1.
 """
 
 from __future__ import annotations
