@@ -1,0 +1,385 @@
+"""The replica-state and high-watermark invariants as Spark jobs: `hw_within_log` (B1), `leader_hw_monotonic` (C1)
+and `hw_advance_guarded` (C2), the same rules and findings as `hightide.audit.checks.high_watermark` (read its
+module docstring for the rules; this one says only how they are computed).
+
+Room: services/history. Window functions over the ordered events of `read_lake`, no Python UDF:
+
+- a replica's state after each event is the last value each event set, per column, within a segment of its
+  events that a LogOpened, LogDeleted or ReplicaOffline starts (so the state resets there); the log start is the
+  least of the last value set and every later ordinary truncation point (a running minimum);
+- a leadership tenure is a segment of one broker incarnation's events for one replica, started by each
+  BecameLeader, BecameFollower, LogOpened, LogDeleted or ReplicaOffline; it leads when its first event is a
+  BecameLeader. The HW it held before an advance is the last HW it stated on an earlier row;
+- the committed ISR and the pending proposal are the last ones set in the tenure; each follower's known LEO is
+  the last FollowerStateUpdated of that follower, found by one more window over the advances (one row per
+  maximal-ISR member) and those updates together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from hightide.audit.checks.high_watermark import (
+    DEFAULT_MIN_INSYNC_REPLICAS,
+    ENDS_PROPOSAL_ERRORS,
+    HW_ADVANCE_GUARDED,
+    HW_WITHIN_LOG,
+    LEADER_HW_MONOTONIC,
+    MIN_INSYNC_REPLICAS,
+    MIN_INSYNC_REPLICAS_DIGITS_MAX,
+    NO_LEO,
+)
+from hightide.history.events import payload_schema
+from hightide.history.findings import finding_columns
+from hightide.protocol import events
+
+REPLICA_KEY: Final = ("topic", "partition", "replica")
+STREAM_ORDER: Final = ("service", "emitter_id", "position")
+# A leader's view: one broker incarnation's events for one replica (`replica` is the leader's id).
+LEADER_KEY: Final = ("service", "emitter_id", "incarnation", "topic", "partition", "replica")
+_UNTIL_NOW: Final = (Window.unboundedPreceding, Window.currentRow)
+_BEFORE_NOW: Final = (Window.unboundedPreceding, -1)
+
+
+def _null(kind: str) -> Column:
+    return F.lit(None).cast(kind)
+
+
+def _payloads(frame: DataFrame, event_classes: Sequence[type[events.Event]]) -> DataFrame:
+    """The events of `event_classes` in one pass: their emitter, order, id and `type`, and the union of their
+    payloads' fields as typed columns (null where a type has no such field). A field shared by two types has one
+    Spark type in the catalogue (checked here)."""
+    fields: dict[str, T.StructField] = {}
+    for event_class in event_classes:
+        for field in payload_schema(event_class).fields:
+            held = fields.setdefault(field.name, field)
+            assert held.dataType == field.dataType, f"{field.name}: {held.dataType} and {field.dataType}"
+    schema = T.StructType(list(fields.values()))
+    names = [event_class.TYPE for event_class in event_classes]
+    parsed = frame.where(F.col("type").isin(*names)).withColumn("_p", F.from_json("payload", schema))
+    base = [F.col(name) for name in ("service", "emitter_id", "incarnation", "position", "event_id", "type")]
+    return parsed.select(*base, *[F.col("_p").getField(name).alias(name) for name in fields])
+
+
+def _is(*event_classes: type[events.Event]) -> Column:
+    return F.col("type").isin(*[event_class.TYPE for event_class in event_classes])
+
+
+# -- B1 ----------------------------------------------------------------------------------------------------------
+
+
+def hw_within_log(frame: DataFrame) -> DataFrame:
+    """B1 HwLeLeo (reliability.md §8): log start <= HW <= LEO after every offset-changing event of a replica,
+    reported where it breaks (see `hightide.audit.checks.high_watermark.hw_within_log`)."""
+    changes = _replica_changes(frame)
+    replica = Window.partitionBy(*REPLICA_KEY).orderBy(*STREAM_ORDER)
+    segment = Window.partitionBy(*REPLICA_KEY, "segment").orderBy(*STREAM_ORDER)
+    since_start_set = Window.partitionBy(*REPLICA_KEY, "segment", "start_set").orderBy(*STREAM_ORDER)
+    in_segment = segment.rowsBetween(*_UNTIL_NOW)
+
+    def last_set(column: str) -> Column:
+        """The last value set in the segment so far; 0 before any (the rebuild starts a replica empty)."""
+        return F.coalesce(F.last(column, True).over(in_segment), F.lit(0).cast("bigint"))
+
+    state = (
+        changes.withColumn("segment", F.sum("resets").over(replica.rowsBetween(*_UNTIL_NOW)))
+        .withColumn("leo", last_set("leo_set"))
+        .withColumn("hw", last_set("hw_set"))
+        .withColumn("start_set", F.count("start_value").over(in_segment))
+        .withColumn("start_last", last_set("start_value"))
+        .withColumn("cut_min", F.min("cut_to").over(since_start_set.rowsBetween(*_UNTIL_NOW)))
+        .withColumn("lso", F.least("start_last", "cut_min"))
+        .where(F.col("changes_offsets"))
+        .withColumn("broken", ~((F.col("lso") <= F.col("hw")) & (F.col("hw") <= F.col("leo"))))
+        .withColumn("was_broken", F.coalesce(F.lag("broken").over(segment), F.lit(False)))
+    )
+    past_end = F.col("hw") > F.col("leo")
+    found = state.where(F.col("broken") & ~F.col("was_broken"))
+    return found.select(
+        *finding_columns(
+            HW_WITHIN_LOG,
+            topic=F.col("topic"),
+            partition=F.col("partition"),
+            replica=F.col("replica"),
+            first_offset=F.when(past_end, F.col("leo")).otherwise(F.col("hw")),
+            last_offset=F.when(past_end, F.col("hw") - 1).otherwise(F.col("lso") - 1),
+            events=F.array("event_id"),
+            detail=F.format_string("log start %d <= HW %d <= LEO %d broken after %s", "lso", "hw", "leo", "type"),
+        )
+    )
+
+
+def _replica_changes(frame: DataFrame) -> DataFrame:
+    """The events that move a replica's offsets or end it, as columns of what each sets: `leo_set`, `hw_set`,
+    `start_value` (a log start set outright), `cut_to` (an ordinary truncation's point: the log start becomes at
+    most that), `resets` (1 where a new state begins) and `changes_offsets`."""
+    rows = _payloads(frame, (*_OFFSET_CHANGES, events.LogDeleted, events.ReplicaOffline))
+    opened, truncated = _is(events.LogOpened), _is(events.LogTruncated)
+    start_over = truncated & (F.col("reason") == "start_over")
+    return rows.select(
+        *REPLICA_KEY,
+        *STREAM_ORDER,
+        "event_id",
+        "type",
+        F.when(opened | _is(events.RecordsAppended), F.col("log_end_offset"))
+        .when(truncated, F.col("truncated_to"))
+        .alias("leo_set"),
+        F.when(opened | truncated | _is(events.HighWatermarkAdvanced), F.col("high_watermark")).alias("hw_set"),
+        F.when(opened | _is(events.LogStartOffsetAdvanced), F.col("log_start_offset"))
+        .when(start_over, F.col("truncated_to"))
+        .alias("start_value"),
+        F.when(truncated & ~start_over, F.col("truncated_to")).alias("cut_to"),
+        F.when(_is(events.LogOpened, events.LogDeleted, events.ReplicaOffline), 1).otherwise(0).alias("resets"),
+        (~_is(events.LogDeleted, events.ReplicaOffline)).alias("changes_offsets"),
+    )
+
+
+_OFFSET_CHANGES: Final = (
+    events.LogOpened,
+    events.RecordsAppended,
+    events.HighWatermarkAdvanced,
+    events.LogTruncated,
+    events.LogStartOffsetAdvanced,
+)
+
+
+# -- leadership tenures (C1, C2) -----------------------------------------------------------------------------------
+
+
+def leader_advances(frame: DataFrame) -> DataFrame:
+    """Every HighWatermarkAdvanced a replica emitted while it led, with its tenure as it stood just before:
+    `leader_epoch`, `replicas`, `hw_before` and `hw_before_event`, `isr` and `isr_event`, `pending` and
+    `pending_event`, `maximal_isr` (sorted), and `follower_segment` (where its followers' known LEOs start)."""
+    return _advances(_leader_view(frame))
+
+
+def _advances(view: DataFrame) -> DataFrame:
+    leading_advance = (F.col("type") == events.HighWatermarkAdvanced.TYPE) & F.col("leading")
+    return view.where(leading_advance).withColumn("maximal_isr", F.array_sort(F.array_union("isr", "pending")))
+
+
+def _leader_view(frame: DataFrame) -> DataFrame:
+    """Each event of a leader's view with its tenure's state as it stands after it (see the module docstring)."""
+    view = Window.partitionBy(*LEADER_KEY).orderBy("position")
+    tenure = Window.partitionBy(*LEADER_KEY, "tenure").orderBy("position")
+    until_now, before_now = tenure.rowsBetween(*_UNTIL_NOW), tenure.rowsBetween(*_BEFORE_NOW)
+    stated = F.last("stated_hw", True).over(before_now)
+    isr = F.last("isr_set", True).over(until_now)
+    pending = F.last("pending_set", True).over(until_now)
+    # An IsrChangeCompleted sets the committed ISR only while a proposal is in flight (the module docstring).
+    in_flight = F.size(F.last("pending_set", True).over(before_now).getField("isr")) > 0
+    answers = (F.col("type") != events.IsrChangeCompleted.TYPE) | F.coalesce(in_flight, F.lit(False))
+    return (
+        _leader_view_rows(frame)
+        .withColumn("tenure", F.sum("ends_tenure").over(view.rowsBetween(*_UNTIL_NOW)))
+        .withColumn("isr_set", F.when(answers, F.col("isr_set")))
+        .withColumn("follower_segment", F.sum("forgets_followers").over(view.rowsBetween(*_UNTIL_NOW)))
+        .withColumn("leading", F.first("type").over(until_now) == events.BecameLeader.TYPE)
+        .withColumn("leader_epoch", F.first("epoch_set", True).over(until_now))
+        .withColumn("replicas", F.first("replicas_set", True).over(until_now))
+        .withColumn("hw_before", stated.getField("hw"))
+        .withColumn("hw_before_event", stated.getField("event_id"))
+        .withColumn("isr", isr.getField("isr"))
+        .withColumn("isr_event", isr.getField("event_id"))
+        .withColumn("pending", pending.getField("isr"))
+        .withColumn("pending_event", pending.getField("event_id"))
+    )
+
+
+def _leader_view_rows(frame: DataFrame) -> DataFrame:
+    """The events of a leader's view, keyed by LEADER_KEY (`replica` is the leader), as columns of what each sets."""
+    rows = _payloads(frame, (events.BecameLeader, events.HighWatermarkAdvanced, *_FORGETS_FOLLOWERS, *_BY_LEADER))
+    ids = "array<int>"
+
+    def isr_of(members: Column, event_id: Column) -> Column:
+        return F.struct(members.cast(ids).alias("isr"), event_id.alias("event_id"))
+
+    became_leader, advanced = _is(events.BecameLeader), _is(events.HighWatermarkAdvanced)
+    completed, forgets = _is(events.IsrChangeCompleted), _is(*_FORGETS_FOLLOWERS)
+    updated = _is(events.FollowerStateUpdated)
+    no_pending = isr_of(F.array(), F.lit(""))
+    ends_proposal = completed & F.col("error").isin(*ENDS_PROPOSAL_ERRORS)
+    return rows.select(
+        "service",
+        "emitter_id",
+        "incarnation",
+        "position",
+        "event_id",
+        "type",
+        "topic",
+        "partition",
+        F.when(_is(*_BY_LEADER), F.col("leader")).otherwise(F.col("replica")).alias("replica"),
+        F.when(became_leader | forgets, 1).otherwise(0).alias("ends_tenure"),
+        F.when(forgets, 1).otherwise(0).alias("forgets_followers"),
+        F.when(became_leader, F.col("leader_epoch")).alias("epoch_set"),
+        F.when(became_leader, F.col("replicas").cast(ids)).alias("replicas_set"),
+        F.when(
+            became_leader | advanced,
+            F.struct(F.col("high_watermark").alias("hw"), F.col("event_id").alias("event_id")),
+        ).alias("stated_hw"),
+        F.when(became_leader | completed, isr_of(F.col("isr"), F.col("event_id"))).alias("isr_set"),
+        F.when(became_leader | ends_proposal, no_pending)
+        .when(_is(events.IsrChangeProposed), isr_of(F.col("proposed_isr"), F.col("event_id")))
+        .alias("pending_set"),
+        F.when(advanced, F.col("previous")).alias("previous"),
+        F.when(advanced, F.col("high_watermark")).alias("high_watermark"),
+        F.when(updated, F.col("replica")).alias("follower"),
+        F.when(updated, F.col("log_end_offset")).alias("follower_leo"),
+    )
+
+
+_FORGETS_FOLLOWERS: Final = (events.BecameFollower, events.LogOpened, events.LogDeleted, events.ReplicaOffline)
+_BY_LEADER: Final = (events.IsrChangeProposed, events.IsrChangeCompleted, events.FollowerStateUpdated)
+
+
+# -- C1 ----------------------------------------------------------------------------------------------------------
+
+
+def leader_hw_monotonic(frame: DataFrame) -> DataFrame:
+    """C1 LeaderHwMonotonicInTenure (Vanlightly §6.4): in a leader's tenure each HighWatermarkAdvanced goes
+    strictly up and chains (see `hightide.audit.checks.high_watermark.leader_hw_monotonic`)."""
+    advances = leader_advances(frame)
+    previous, hw, before = F.col("previous"), F.col("high_watermark"), F.col("hw_before")
+    broken = advances.where(~((hw > previous) & (previous == before)))
+    return broken.select(
+        *finding_columns(
+            LEADER_HW_MONOTONIC,
+            topic=F.col("topic"),
+            partition=F.col("partition"),
+            replica=F.col("replica"),
+            first_offset=F.least(before, previous, hw),
+            last_offset=F.greatest(before, previous, hw),
+            events=F.array("event_id", "hw_before_event"),
+            detail=F.format_string(
+                "leader %d of epoch %d moved its HW from %d to %d while it held HW %d",
+                "replica",
+                "leader_epoch",
+                "previous",
+                "high_watermark",
+                "hw_before",
+            ),
+        )
+    )
+
+
+# -- C2 ----------------------------------------------------------------------------------------------------------
+
+
+def hw_advance_guarded(frame: DataFrame) -> DataFrame:
+    """C2 HwAdvanceGuard (SafeToAdvanceHwm, Kip320 rule 3): a leader's HW advances to h only with |ISR| >=
+    min(min.insync.replicas, |replicas|) and every other maximal-ISR member known at LEO >= h (see
+    `hightide.audit.checks.high_watermark.hw_advance_guarded`)."""
+    view = _leader_view(frame)
+    advances = _advances(view)
+    return _too_small_isr(frame, advances).unionByName(_members_behind(view, advances))
+
+
+def _said() -> Column:
+    return F.format_string(
+        "leader %d of epoch %d advanced the HW from %d to %d", "replica", "leader_epoch", "previous", "high_watermark"
+    )
+
+
+def _too_small_isr(frame: DataFrame, advances: DataFrame) -> DataFrame:
+    least = topic_min_insync_replicas(frame)
+    with_min = advances.join(F.broadcast(least), "topic", "left").withColumn(
+        "effective_min_isr",
+        F.least(F.coalesce("min_insync_replicas", F.lit(DEFAULT_MIN_INSYNC_REPLICAS)), F.size("replicas")),
+    )
+    small = with_min.where(F.size("isr") < F.col("effective_min_isr"))
+    members = F.array_join(F.array_sort("isr").cast("array<string>"), ", ")
+    return small.select(
+        *finding_columns(
+            HW_ADVANCE_GUARDED,
+            topic=F.col("topic"),
+            partition=F.col("partition"),
+            replica=F.col("replica"),
+            first_offset=F.col("previous"),
+            last_offset=F.col("high_watermark") - 1,
+            events=F.array(F.col("event_id"), F.col("isr_event")),
+            detail=F.format_string(
+                "%s with ISR [%s], below min.insync.replicas %d", _said(), members, F.col("effective_min_isr")
+            ),
+        )
+    )
+
+
+def _members_behind(view: DataFrame, advances: DataFrame) -> DataFrame:
+    """One row per (advance, maximal-ISR member but the leader), each with the member's last known LEO: the last
+    FollowerStateUpdated of it in the same stretch of the leader's view, by one window over both kinds of row."""
+    members = advances.select(
+        *LEADER_KEY,
+        "position",
+        "follower_segment",
+        "event_id",
+        "leader_epoch",
+        "previous",
+        "high_watermark",
+        F.explode(F.array_except("maximal_isr", F.array(F.col("replica")))).alias("follower"),
+        _null("bigint").alias("follower_leo"),
+        F.lit(True).alias("is_advance"),
+    )
+    updates = view.where(F.col("type") == events.FollowerStateUpdated.TYPE).select(
+        *LEADER_KEY,
+        "position",
+        "follower_segment",
+        "event_id",
+        _null("int").alias("leader_epoch"),
+        _null("bigint").alias("previous"),
+        _null("bigint").alias("high_watermark"),
+        "follower",
+        "follower_leo",
+        F.lit(False).alias("is_advance"),
+    )
+    known: WindowSpec = Window.partitionBy(*LEADER_KEY, "follower_segment", "follower").orderBy("position")
+    last_update = F.last(
+        F.when(~F.col("is_advance"), F.struct(F.col("follower_leo").alias("leo"), F.col("event_id").alias("id"))),
+        True,
+    ).over(known.rowsBetween(*_UNTIL_NOW))
+    together = members.unionByName(updates).withColumn("known", last_update).where(F.col("is_advance"))
+    known_leo = F.coalesce(F.col("known").getField("leo"), F.lit(NO_LEO))
+    behind = together.where(known_leo < F.col("high_watermark"))
+    what = F.when(F.col("known").isNull(), F.lit("had no known LEO")).otherwise(
+        F.format_string("was known at LEO %d", known_leo)
+    )
+    return behind.select(
+        *finding_columns(
+            HW_ADVANCE_GUARDED,
+            topic=F.col("topic"),
+            partition=F.col("partition"),
+            replica=F.col("replica"),
+            first_offset=F.greatest(F.col("previous"), known_leo),
+            last_offset=F.col("high_watermark") - 1,
+            events=F.array_compact(F.array(F.col("event_id"), F.col("known").getField("id"))),
+            detail=F.format_string("%s while its maximal ISR member %d %s", _said(), F.col("follower"), what),
+        )
+    )
+
+
+def topic_min_insync_replicas(frame: DataFrame) -> DataFrame:
+    """Each topic name's least min.insync.replicas in the history: (`topic`, `min_insync_replicas`)."""
+
+    def value(pair: Column) -> Column:
+        text = F.get(pair, 1)
+        readable = text.rlike(f"^[0-9]{{1,{MIN_INSYNC_REPLICAS_DIGITS_MAX}}}\\z")
+        number = F.when(readable, text.cast("int"))
+        return F.when(number >= 1, number).otherwise(F.lit(DEFAULT_MIN_INSYNC_REPLICAS))
+
+    rows = _payloads(frame, (events.TopicCreated, events.TopicConfigsAltered))
+    named = F.filter(F.col("configs"), lambda pair: F.get(pair, 0) == MIN_INSYNC_REPLICAS)
+    unset = _is(events.TopicCreated) & (F.size(named) == 0)
+    values = F.when(unset, F.array(F.lit(DEFAULT_MIN_INSYNC_REPLICAS))).otherwise(F.transform(named, value))
+    every = rows.select("topic", F.explode(values).alias("value"))
+    return every.groupBy("topic").agg(F.min("value").alias("min_insync_replicas"))
+
+
+CHECKS: Final[dict[str, Callable[[DataFrame], DataFrame]]] = {
+    HW_WITHIN_LOG: hw_within_log,
+    LEADER_HW_MONOTONIC: leader_hw_monotonic,
+    HW_ADVANCE_GUARDED: hw_advance_guarded,
+}
