@@ -122,6 +122,8 @@ class Verdict:
         lines = [line for line in self.output.splitlines() if line.strip()]
         if not lines:
             return ""
+        if self.exit_code == 2 and "invalid choice: 'history'" in self.output:
+            return "`hightide history` is not in this build"
         return lines[-1] if self.exit_code not in (0, 1) else lines[0]
 
 
@@ -136,6 +138,8 @@ class RunResult:
     consumed: dict[str, int] = field(default_factory=dict)  # value -> offset
     truncations: list[dict[str, Any]] = field(default_factory=list)  # the restarted follower's LogTruncated
     read_back: bool = False  # whether a consumer read the partition at the end
+    leader: int = -1  # the broker that led the partition when the schedule began (kip101: A)
+    follower: int = -1  # kip101: B, the follower restarted with a stale HW checkpoint
     race: str = ""  # kip101: "" when every fault landed where the schedule needs it, else what went wrong
     attempts: int = 1
     lake: Path | None = None
@@ -399,6 +403,7 @@ class Roles:
 def _kip101_schedule(cluster: LocalCluster, result: RunResult, progress: Progress) -> str:
     """Drive one cluster through the schedule; '' when every fault landed where it had to, else what went wrong."""
     roles = _kip101_topic(cluster, progress)
+    result.leader, result.follower = roles.leader, roles.follower
     head = [f"m{i}" for i in range(1, HEAD_RECORDS + 1)]
     tail = [f"m{i}" for i in range(HEAD_RECORDS + 1, HEAD_RECORDS + TAIL_RECORDS + 1)]
     with progress.step(f"produce {head[0]}..{head[-1]} with acks=all") as seen:
@@ -612,10 +617,15 @@ def summary(results: Sequence[RunResult], out: TextIO) -> None:
             print(f"  {'':8} {'':7} report:   {r.report_path}", file=out)
 
 
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # unwinds through every run's `finally`, which stops its cluster
+
+
 def run_demo(scenarios: Sequence[str], base: Path, out: TextIO = sys.stdout) -> int:
     """Run the scenarios; 0 when each one's ground truth and audit are as promised, 1 otherwise."""
     progress = Progress(out)
     results: list[RunResult] = []
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         for scenario in scenarios:
             if scenario == "kip101":
@@ -627,6 +637,8 @@ def run_demo(scenarios: Sequence[str], base: Path, out: TextIO = sys.stdout) -> 
         summary(results, out)
         print(f"hightide demo: {error}", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     summary(results, out)
     problems = [p for r in results for p in expected(r)]
     for problem in problems:
