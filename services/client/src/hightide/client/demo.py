@@ -56,17 +56,24 @@ TAIL_RECORDS: Final = 5  # m6..m10: acknowledged, not yet in the follower's HW c
 FAILOVER_RECORDS: Final = 3000
 FAILOVER_RATE: Final = 500
 SESSION_TIMEOUT_MS: Final = 3000
-SESSION_TIMEOUT_S: Final = SESSION_TIMEOUT_MS / 1000
+# kip101: B restarts (a Python process: about 2 s to registration) while A is frozen; A must still hold its session
+# when B registers and follows it, so A's session outlasts B's start-up by seconds.
+KIP101_SESSION_TIMEOUT_MS: Final = 6000
 HW_CHECKPOINT_INTERVAL_MS: Final = 2000
-# Failures are detected in seconds, not Kafka's defaults' tens of seconds: the protocol is the same.
-CLUSTER_CONFIG: Final = (
-    f"broker.session.timeout.ms={SESSION_TIMEOUT_MS}",
-    "broker.heartbeat.interval.ms=200",
-    "controller.lease.ms=2000",
-    "replica.lag.time.max.ms=2000",
-    "replica.fetch.backoff.ms=100",
-    f"replica.high.watermark.checkpoint.interval.ms={HW_CHECKPOINT_INTERVAL_MS}",
-)
+
+
+def cluster_config(session_timeout_ms: int) -> list[str]:
+    """Failures detected in seconds, not Kafka's defaults' tens of seconds: the protocol is the same."""
+    return [
+        f"broker.session.timeout.ms={session_timeout_ms}",
+        "broker.heartbeat.interval.ms=200",
+        "controller.lease.ms=2000",
+        "replica.lag.time.max.ms=2000",
+        "replica.fetch.backoff.ms=100",
+        f"replica.high.watermark.checkpoint.interval.ms={HW_CHECKPOINT_INTERVAL_MS}",
+    ]
+
+
 LEGACY: Final = "legacy.truncate.to.high.watermark=true"
 CLI_TIMEOUT_S: Final = 120.0
 READY_S: Final = 60.0
@@ -378,7 +385,7 @@ def run_kip101(base: Path, legacy: bool, progress: Progress, attempts_max: int =
     for attempt in range(1, (attempts_max if legacy else 1) + 1):
         progress.say(f"kip101 ({mode}), attempt {attempt}: " + ("truncate to the HW" if legacy else "leader epochs"))
         result = RunResult("kip101", mode, base / f"kip101-{mode}-{attempt}", attempts=attempt)
-        config = [*CLUSTER_CONFIG, *([LEGACY] if legacy else [])]
+        config = [*cluster_config(KIP101_SESSION_TIMEOUT_MS), *([LEGACY] if legacy else [])]
         with running_cluster(
             result.directory / "cluster", progress, brokers=2, config=config, cluster_id=f"kip101-{mode}"
         ) as cluster:
@@ -478,7 +485,11 @@ def _kip101_faults(cluster: LocalCluster, roles: Roles, result: RunResult, progr
     with progress.step("kill -9 A; wait for the controller to elect B") as seen:
         os.kill(leader_pid, signal.SIGKILL)
         leader, isr = wait_partition(
-            cluster, KIP101_TOPIC, lambda leader, _: leader == roles.follower, SESSION_TIMEOUT_S + 30, "B elected"
+            cluster,
+            KIP101_TOPIC,
+            lambda leader, _: leader == roles.follower,
+            KIP101_SESSION_TIMEOUT_MS / 1000 + 30,
+            "B elected",
         )
         seen.append(f"leader broker {leader}, ISR {isr}")
     return [] if any(e["leader"] == roles.leader for e in followed) else ["A was fenced before B followed it"]
@@ -515,7 +526,11 @@ def run_failover(base: Path, progress: Progress) -> RunResult:
     progress.say("failover: a leader killed under an acks=all producer")
     result = RunResult("failover", "epochs", base / "failover")
     with running_cluster(
-        result.directory / "cluster", progress, brokers=3, config=CLUSTER_CONFIG, cluster_id="failover"
+        result.directory / "cluster",
+        progress,
+        brokers=3,
+        config=cluster_config(SESSION_TIMEOUT_MS),
+        cluster_id="failover",
     ) as cluster:
         topic = FAILOVER_TOPIC
         with progress.step(f"create {topic}: RF=3, min.insync.replicas=2") as seen:
@@ -573,7 +588,7 @@ def _kill_leader_under_load(
         killed_at = time.monotonic()
         os.kill(pid_of(cluster, leader), signal.SIGKILL)
         new, isr = wait_partition(
-            cluster, topic, lambda new, _: new not in (-1, leader), SESSION_TIMEOUT_S + 30, "a new leader"
+            cluster, topic, lambda new, _: new not in (-1, leader), SESSION_TIMEOUT_MS / 1000 + 30, "a new leader"
         )
         seen.append(f"broker {new} leads after {time.monotonic() - killed_at:.1f} s, ISR {isr}")
     with progress.step("wait for the producer to finish") as seen:
