@@ -379,24 +379,30 @@ def archive_and_audit(cluster: LocalCluster, result: RunResult, progress: Progre
 
 
 def run_kip101(base: Path, legacy: bool, progress: Progress, attempts_max: int = KIP101_ATTEMPTS_MAX) -> RunResult:
-    """The KIP-101 schedule until the legacy run loses an acknowledged record (bounded); the epoch run once."""
+    """The KIP-101 schedule, on a fresh cluster per attempt, until the legacy run loses an acknowledged record (the
+    epoch run: until it completes); at most `attempts_max` attempts, the last one's DemoError propagates."""
     mode = "legacy" if legacy else "epochs"
-    result = RunResult("kip101", mode, base)
-    for attempt in range(1, (attempts_max if legacy else 1) + 1):
+    for attempt in range(1, attempts_max + 1):
         progress.say(f"kip101 ({mode}), attempt {attempt}: " + ("truncate to the HW" if legacy else "leader epochs"))
         result = RunResult("kip101", mode, base / f"kip101-{mode}-{attempt}", attempts=attempt)
         config = [*cluster_config(KIP101_SESSION_TIMEOUT_MS), *([LEGACY] if legacy else [])]
         with running_cluster(
             result.directory / "cluster", progress, brokers=2, config=config, cluster_id=f"kip101-{mode}"
         ) as cluster:
-            result.race = _kip101_schedule(cluster, result, progress)
+            try:
+                result.race = _kip101_schedule(cluster, result, progress)
+            except DemoError as error:
+                if attempt == attempts_max:
+                    raise
+                progress.say(f"attempt {attempt} did not get through ({error}); trying again")
+                continue
             if legacy and not result.lost and attempt < attempts_max:
                 why = result.race or "every fault landed, yet nothing was lost"
                 progress.say(f"the race was not won ({why}); trying again")
                 continue
             archive_and_audit(cluster, result, progress)
-        return result
-    return result
+            return result
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 @dataclass(frozen=True)
@@ -433,7 +439,7 @@ def _kip101_schedule(cluster: LocalCluster, result: RunResult, progress: Progres
     race = [] if stale < HEAD_RECORDS + TAIL_RECORDS else ["B's HW checkpoint ran between the acks and the kill"]
     race += _kip101_faults(cluster, roles, result, progress)
     with progress.step("consume the partition from the beginning (ground truth)") as seen:
-        result.consumed = consume(cluster, KIP101_TOPIC, len(result.acknowledged))
+        result.consumed = consume(cluster, KIP101_TOPIC, len(result.acknowledged), timeout_ms=3000)
         result.read_back = True
         seen.append(_ground_truth(result))
     with progress.step("restart A (its events still in its outbox are relayed; it follows B)") as seen:
