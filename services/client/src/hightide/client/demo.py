@@ -188,9 +188,13 @@ def _history(*args: str) -> Verdict:
 # -- driving a local cluster ---------------------------------------------------------------------------------------
 
 
+def _cli_command(cluster: LocalCluster, *args: str) -> list[str]:
+    return [sys.executable, "-m", "hightide.client.cli", *args, "--data-dir", str(cluster.data_dir)]
+
+
 def cli(cluster: LocalCluster, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """`hightide <args> --data-dir <cluster>`, as a user types it."""
-    command = [sys.executable, "-m", "hightide.client.cli", *args, "--data-dir", str(cluster.data_dir)]
+    command = _cli_command(cluster, *args)
     try:
         return subprocess.run(command, capture_output=True, text=True, input=stdin, timeout=CLI_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -253,13 +257,35 @@ def wait_partition(
     return wait_for(check, deadline_s, what)
 
 
-def produce(cluster: LocalCluster, topic: str, values: Sequence[str]) -> dict[str, int]:
-    """acks=all, one record per value; every value's acknowledged offset (DemoError if any was not acknowledged)."""
-    done = cli(cluster, "produce", topic, "--acks", "all", "--print-acks", stdin="\n".join(values) + "\n")
-    acks = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+def produce(
+    cluster: LocalCluster, topic: str, values: Sequence[str], then: Callable[[], None] | None = None
+) -> dict[str, int]:
+    """acks=all, one record per value; every value's acknowledged offset (DemoError if any was not acknowledged).
+    `then` runs the moment the last acknowledgement is printed, before the producer has even closed."""
+    command = [*_cli_command(cluster, "produce", topic, "--acks", "all", "--print-acks")]
+    with subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as producer:
+        assert producer.stdin is not None and producer.stdout is not None
+        producer.stdin.write("\n".join(values) + "\n")
+        producer.stdin.close()
+        acks = []
+        deadline = time.monotonic() + CLI_TIMEOUT_S
+        for line in producer.stdout:  # one line per outcome; the producer exits after the last
+            if line.startswith("{"):
+                acks.append(json.loads(line))
+            if len(acks) == len(values) or time.monotonic() > deadline:
+                break
+        if then is not None and len(acks) == len(values) and all(a["error"] is None for a in acks):
+            then()
+        try:
+            _, err = producer.communicate(timeout=max(deadline - time.monotonic(), 1))
+        except subprocess.TimeoutExpired:
+            producer.kill()
+            raise DemoError(f"produce to {topic} did not finish within {CLI_TIMEOUT_S:.0f} s") from None
     failed = [a for a in acks if a["error"] is not None]
-    if done.returncode != 0 or failed or len(acks) != len(values):
-        raise DemoError(f"produce to {topic} was not acknowledged: {failed or done.stderr.strip()}")
+    if producer.returncode != 0 or failed or len(acks) != len(values):
+        raise DemoError(f"produce to {topic} was not acknowledged: {failed or err.strip()}")
     return {a["value"]: a["offset"] for a in acks}
 
 
@@ -431,8 +457,10 @@ def _kip101_schedule(cluster: LocalCluster, result: RunResult, progress: Progres
         hw = checkpointed_high_watermark(cluster, roles.follower, KIP101_TOPIC)
         seen.append(f"broker {roles.follower}'s replication-offset-checkpoint reads HW {hw}")
     with progress.step(f"produce {tail[0]}..{tail[-1]} with acks=all, then kill -9 B at once") as seen:
-        result.acknowledged.update(produce(cluster, KIP101_TOPIC, tail))
-        os.kill(pid_of(cluster, roles.follower), signal.SIGKILL)
+        follower_pid = pid_of(cluster, roles.follower)
+        # Killed the moment the last acknowledgement is printed: the HW checkpoint must not run in between.
+        result.acknowledged.update(produce(cluster, KIP101_TOPIC, tail, lambda: os.kill(follower_pid, signal.SIGKILL)))
+        wait_for(lambda: not pid_alive(follower_pid), 10, "B's process gone")
         stale = checkpointed_high_watermark(cluster, roles.follower, KIP101_TOPIC)
         seen.append(f"acknowledged at {_offsets(result.acknowledged, tail)} (the leader's HW is {len(head + tail)})")
         seen.append(f"B killed; its HW checkpoint reads {stale}")
