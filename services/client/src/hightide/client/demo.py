@@ -262,10 +262,12 @@ def produce(
 ) -> dict[str, int]:
     """acks=all, one record per value; every value's acknowledged offset (DemoError if any was not acknowledged).
     `then` runs the moment the last acknowledgement is printed, before the producer has even closed."""
-    command = [*_cli_command(cluster, "produce", topic, "--acks", "all", "--print-acks")]
-    with subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as producer:
+    command = _cli_command(cluster, "produce", topic, "--acks", "all", "--print-acks")
+    errors = cluster.data_dir / "logs" / "demo-produce.stderr"
+    with (
+        errors.open("w") as stderr,
+        subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True) as producer,
+    ):
         assert producer.stdin is not None and producer.stdout is not None
         producer.stdin.write("\n".join(values) + "\n")
         producer.stdin.close()
@@ -279,10 +281,11 @@ def produce(
         if then is not None and len(acks) == len(values) and all(a["error"] is None for a in acks):
             then()
         try:
-            _, err = producer.communicate(timeout=max(deadline - time.monotonic(), 1))
+            producer.wait(timeout=max(deadline - time.monotonic(), 1))
         except subprocess.TimeoutExpired:
             producer.kill()
             raise DemoError(f"produce to {topic} did not finish within {CLI_TIMEOUT_S:.0f} s") from None
+    err = errors.read_text()
     failed = [a for a in acks if a["error"] is not None]
     if producer.returncode != 0 or failed or len(acks) != len(values):
         raise DemoError(f"produce to {topic} was not acknowledged: {failed or err.strip()}")
