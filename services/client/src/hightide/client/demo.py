@@ -78,6 +78,7 @@ LEGACY: Final = "legacy.truncate.to.high.watermark=true"
 CLI_TIMEOUT_S: Final = 120.0
 READY_S: Final = 60.0
 AUDIT_TIMEOUT_S: Final = 600.0
+AUDIT_LINES_SHOWN: Final = 20
 
 T = TypeVar("T")
 
@@ -397,6 +398,9 @@ def archive_and_audit(cluster: LocalCluster, result: RunResult, progress: Progre
     with progress.step(f"hightide history audit --lake {lake} --out {result.audit_out}") as seen:
         result.audit = audit_run(lake, result.audit_out)
         seen.append(f"exit {result.audit.exit_code}: {result.audit.headline}")
+    if result.audit.exit_code in (0, 1):  # the audit's own summary, as it printed it
+        for line in result.audit.output.splitlines()[1 : 1 + AUDIT_LINES_SHOWN]:
+            print(f"           | {line}", file=progress.out, flush=True)
     result.report_path = result.directory / "report.html"
     with progress.step("hightide history report") as seen:
         result.report = report_run(lake, result.report_path)
