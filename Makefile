@@ -67,6 +67,9 @@ run: install  ## start a local cluster (nats-server with JetStream, 1 controller
 	@echo "consume:  .tools/bin/uv run hightide consume demo --from-beginning --max-messages 10"
 	@echo "stop:     make down"
 
+demo: install  ## real clusters through real faults: the KIP-101 loss caught, the epoch run clean, a failover
+	$(RUN) hightide demo
+
 down: install  ## stop the local cluster
 	$(RUN) hightide cluster down
 

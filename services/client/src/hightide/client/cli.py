@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from hightide.client import bench, commands, events_cli
+from hightide.client import bench, commands, demo, events_cli
 from hightide.client.local_cluster import ClusterError
 from hightide.protocol.errors import HightideError
 from hightide.runtime.logging import configure_logging
@@ -69,6 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
     _client_commands(subparsers, common)
     events_cli.add_events_commands(subparsers, common)
     _plugged_in_commands(subparsers, common)
+    demo_parser = subparsers.add_parser(
+        "demo", parents=[common], help="real clusters through real faults: the KIP-101 loss caught, a failover"
+    )
+    demo_parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=[*demo.SCENARIOS, "all"],
+        help="kip101 (legacy truncation, then leader epochs) or failover; repeatable; default all",
+    )
+    demo_parser.set_defaults(run=_run_demo)
     return parser
 
 
@@ -178,6 +188,13 @@ def _run_bench(args: argparse.Namespace) -> int:
     figures = bench.run(workloads, args.data_dir, args.duration, args.size_mib, args.recovery_mib)
     bench.print_figures(figures, args.format)
     return EXIT_OK
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    """Each run's cluster lives under <data-dir>/demo/ (its own directory and nats-server port)."""
+    chosen = args.scenario or ["all"]
+    scenarios = list(demo.SCENARIOS) if "all" in chosen else list(dict.fromkeys(chosen))
+    return demo.run_demo(scenarios, args.data_dir.resolve() / "demo")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
