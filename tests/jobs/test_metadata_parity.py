@@ -116,7 +116,7 @@ def test_spark_finds_what_python_finds_on_hand_written_histories(spark: SparkSes
 
 @pytest.mark.parametrize("seed", [4, 25])
 def test_spark_and_python_agree_and_find_nothing_on_a_clean_run(spark: SparkSession, tmp_path: Path, seed: int) -> None:
-    """Seeds 4 and 25 include ELR elections and controller failovers, seed 25 last-known-leader elections too."""
+    """Both seeds have ELR elections; seed 4 two controller failovers, seed 25 last-known-leader elections."""
     history = simulated(seed)
     assert python_findings(history) == []
     assert spark_findings(spark, history, tmp_path / "lake") == []
