@@ -239,9 +239,13 @@ def malformed_isr_and_elr(min_isr: str | None = "2") -> list[Envelope]:
 
 
 def min_isr_altered_later() -> list[Envelope]:
-    """ISR [1,2] with ELR [3] before (sequence 1) and after (sequence 3) min.insync.replicas is set to 2."""
+    """ISR [1,2] with ELR [3] before (sequence 1) and after (sequence 3) min.insync.replicas is set to 2, and after
+    (sequence 5) it is removed again."""
     altered = events.TopicConfigsAltered(
         topic=T, configs=(("min.insync.replicas", "2"),), controller_epoch=1, metadata_offset=2
+    )
+    removed = events.TopicConfigsAltered(
+        topic=T, configs=(("min.insync.replicas", None),), controller_epoch=1, metadata_offset=4
     )
     return emitted(
         CONTROLLER,
@@ -250,6 +254,8 @@ def min_isr_altered_later() -> list[Envelope]:
         changed(1, 1, 0, 0, isr=(1, 2), elr=(3,), reason="created"),
         altered,
         changed(3, 1, 0, 1, isr=(1, 2), elr=(3,), reason="isr_shrink"),
+        removed,
+        changed(5, 1, 0, 2, isr=(1, 2), elr=(3,), reason="isr_expand"),
     )
 
 

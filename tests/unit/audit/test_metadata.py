@@ -131,7 +131,8 @@ def test_isr_and_elr_that_break_kip_966s_shape_give_one_finding_per_clause() -> 
 
 def test_a_min_isr_altered_later_applies_from_its_place_in_metadata_order() -> None:
     """Given a topic without min.insync.replicas and ISR [1,2] with ELR [3], when the config is set to 2 and then
-    a change keeps that ELR, then only the change after the alteration is found."""
+    a change keeps that ELR, then only the change after the alteration is found: not the one before it, nor the
+    one after the config was removed again (the cluster's default is not in the history)."""
     assert run("isr_elr_well_formed", min_isr_altered_later()) == [
         Finding(
             "isr_elr_well_formed",

@@ -45,9 +45,8 @@ from hightide.protocol.envelope import Envelope
 
 MIN_INSYNC_REPLICAS: Final = "min.insync.replicas"
 NO_LEADER: Final = -1
-ISR_ELECTIONS: Final = frozenset({"clean", "preferred", "controlled_shutdown"})
 RECORDED_UNCLEAN: Final = frozenset({"unclean", "last_known_leader"})
-_TERM_EVENTS: Final = (
+TERM_EVENTS: Final = (
     events.TopicCreated,
     events.TopicDeleted,
     events.TopicConfigsAltered,
@@ -72,7 +71,7 @@ class Decided:
 
 
 def metadata_order(history: History) -> list[Decided]:
-    """The committed metadata events (of `_TERM_EVENTS`) in metadata order, each with its life and min ISR."""
+    """The committed metadata events (of `TERM_EVENTS`) in metadata order, each with its life and min ISR."""
     takeovers = Takeovers.of(history.streams)
     terms: list[tuple[tuple[int, int, str, int, str], list[Envelope]]] = []
     for (service, emitter_id), stream in history.streams.items():
@@ -83,7 +82,7 @@ def metadata_order(history: History) -> list[Decided]:
                 if term:
                     terms.append((_term_key(controller_epoch, term[0], service, emitter_id), term))
                 term, controller_epoch = [], envelope.event.controller_epoch
-            if isinstance(envelope.event, _TERM_EVENTS) and takeovers.overtaking(envelope.event) is None:
+            if isinstance(envelope.event, TERM_EVENTS) and takeovers.overtaking(envelope.event) is None:
                 term.append(envelope)
         if term:
             terms.append((_term_key(controller_epoch, term[0], service, emitter_id), term))
@@ -312,14 +311,17 @@ def _malformed(event: events.PartitionChanged, min_isr: int | None) -> Iterator[
 
 
 def election_from_isr_or_elr(history: History) -> Iterator[Finding]:
-    """A6 CleanElectionSource (KIP-966's election order; Kafka's PartitionChangeBuilder.electLeader). (1) Every
-    committed LeaderElected with a leader (!= -1), against the partition's state before its decision (the
-    committed PartitionChanged before the one its decision made): a clean, preferred or controlled_shutdown
-    election chose a member of that ISR; an elr election a member of that ELR; unclean and last_known_leader
-    elections may choose outside both but only when recorded as such (the loss attribution reports them, not this
-    check). (2) Every leader change between two committed PartitionChanged of a partition (to a leader != -1)
-    with no committed unclean or last_known_leader LeaderElected for its (life, leader epoch, leader) chose from
-    the previous ISR or ELR."""
+    """A6 CleanElectionSource (KIP-966's election order; Kafka's PartitionChangeBuilder.electLeader).
+
+    (1) Every committed LeaderElected with a leader (!= -1), against the partition's state before its decision
+    (the committed PartitionChanged before the one its decision made): an elr election chose a member of that
+    ELR; a clean, preferred or controlled_shutdown election (or any name but elr, unclean, last_known_leader)
+    chose a member of that ISR; unclean and last_known_leader elections may choose outside both, but only when
+    recorded as such (the loss attribution reports them, not this check).
+    (2) Every leader change between two committed PartitionChanged of a partition (to a leader != -1) with no
+    committed unclean or last_known_leader LeaderElected for its (life, leader epoch, leader) chose from the
+    previous ISR or ELR.
+    """
     order = metadata_order(history)
     yield from _recorded_elections(order)
     unclean = {

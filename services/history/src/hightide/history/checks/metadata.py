@@ -16,21 +16,12 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from hightide.audit.checks.metadata import MIN_INSYNC_REPLICAS, NO_LEADER, RECORDED_UNCLEAN
+from hightide.audit.checks.metadata import MIN_INSYNC_REPLICAS, NO_LEADER, RECORDED_UNCLEAN, TERM_EVENTS
 from hightide.audit.rebuild import NO_TERM
 from hightide.history.events import payload_schema
 from hightide.history.findings import finding_columns
 from hightide.protocol import events
 
-TERM_EVENTS: Final = (
-    events.TopicCreated,
-    events.TopicDeleted,
-    events.TopicConfigsAltered,
-    events.PartitionChanged,
-    events.LeaderElected,
-    events.ReplicaMarkedOffline,
-    events.BrokerRegistered,
-)
 ORDER: Final = ("term_epoch", "term_wall_ms", "service", "emitter_id", "term_incarnation", "position")
 """The columns whose ascending order is metadata order (`hightide.audit.checks.metadata.metadata_order`)."""
 
@@ -120,7 +111,7 @@ def _with_min_isr(ordered: DataFrame) -> DataFrame:
     named = F.filter(configs.getField("configs"), lambda c: c[0] == F.lit(MIN_INSYNC_REPLICAS))
     created = F.col("type") == events.TopicCreated.TYPE
     altered = (F.col("type") == events.TopicConfigsAltered.TYPE) & (F.size(named) > 0)
-    value = F.trim(named[0][1]).try_cast("int")
+    value = F.trim(F.element_at(named, -1)[1]).try_cast("int")  # the last one named, as a dict of them keeps
     setting = F.when(created | altered, F.struct(F.when(F.size(named) > 0, value).alias("value")))
     in_topic = Window.partitionBy("topic").orderBy(*ORDER)
     return (
@@ -154,8 +145,10 @@ def _changes(lake_events: DataFrame) -> DataFrame:
 
 
 def one_leader_per_epoch(lake_events: DataFrame) -> DataFrame:
-    """A1 UniqueLeaderPerEpoch (see `hightide.audit.checks.metadata.one_leader_per_epoch`). One aggregation per
-    (topic, partition, leader epoch) of the committed leaders, in every life, serves both parts."""
+    """A1 UniqueLeaderPerEpoch (KRaft's NeverTwoLeadersInSameEpoch): the committed PartitionChanged of one (life,
+    partition, leader epoch) name one leader, and every BecameLeader is backed by a committed PartitionChanged
+    that made that broker leader in that epoch (`hightide.audit.checks.metadata.one_leader_per_epoch`). One
+    aggregation per (topic, partition, leader epoch) of the committed leaders, in every life, serves both parts."""
     epoch_key = ["topic", "partition", "leader_epoch"]
     led = _changes(lake_events).where(F.col("leader") != NO_LEADER)
     per_epoch = led.groupBy(*epoch_key).agg(F.collect_list(F.struct("life", "leader", "event_id")).alias("claims"))
@@ -218,7 +211,10 @@ def _with_previous(changes: DataFrame, *columns: str) -> DataFrame:
 
 
 def epochs_monotonic(lake_events: DataFrame) -> DataFrame:
-    """A2 EpochMonotonicity and A3 ReplicaEpochMonotonic (see `hightide.audit.checks.metadata.epochs_monotonic`)."""
+    """A2 EpochMonotonicity (Vanlightly §2.3): a partition's successive committed PartitionChanged raise the
+    partition epoch, never lower the leader epoch, and raise it when the leader changes. A3 ReplicaEpochMonotonic
+    (Kafka's makeLeader/makeFollower): a broker's BecameLeader/BecameFollower leader epochs never go down within one
+    replica log of one incarnation (`hightide.audit.checks.metadata.epochs_monotonic`)."""
     pairs = _with_previous(_changes(lake_events), "partition_epoch", "leader_epoch", "leader")
     detail = (
         F.when(
@@ -283,7 +279,8 @@ def _replica_epochs_down(lake_events: DataFrame) -> DataFrame:
 
 
 def leader_in_isr(lake_events: DataFrame) -> DataFrame:
-    """A4 LeaderInIsr (see `hightide.audit.checks.metadata.leader_in_isr`)."""
+    """A4 LeaderInIsr (hachikuji's kafka-specification): a committed PartitionChanged's leader (!= -1) is in its
+    ISR (`hightide.audit.checks.metadata.leader_in_isr`)."""
     changes = _changes(lake_events)
     outside = changes.where((F.col("leader") != NO_LEADER) & ~F.array_contains("isr", F.col("leader")))
     return outside.select(
@@ -299,7 +296,9 @@ def leader_in_isr(lake_events: DataFrame) -> DataFrame:
 
 
 def isr_elr_well_formed(lake_events: DataFrame) -> DataFrame:
-    """A5 IsrElrWellFormed (see `hightide.audit.checks.metadata.isr_elr_well_formed`)."""
+    """A5 IsrElrWellFormed (KIP-966, ValidControllerIsrAndElr): no repeats, ISR and ELR within the replicas and
+    disjoint, and no ELR once the ISR reaches the topic's known min ISR; one finding per broken clause
+    (`hightide.audit.checks.metadata.isr_elr_well_formed`)."""
     replicas, isr, elr = F.col("replicas"), F.col("isr"), F.col("elr")
 
     def repeats(name: str, column: Column) -> Column:
@@ -349,9 +348,11 @@ def isr_elr_well_formed(lake_events: DataFrame) -> DataFrame:
 
 
 def election_from_isr_or_elr(lake_events: DataFrame) -> DataFrame:
-    """A6 CleanElectionSource (see `hightide.audit.checks.metadata.election_from_isr_or_elr`). The committed
-    PartitionChanged and LeaderElected of a partition's life are read together, in metadata order: each
-    LeaderElected takes the state before from the latest PartitionChanged before it (its own decision's)."""
+    """A6 CleanElectionSource (KIP-966's election order): a recorded election chose from the ISR before it (from
+    the ELR for an elr election) unless recorded as unclean or last_known_leader, and any leader change not so
+    recorded chose from the previous ISR or ELR (`hightide.audit.checks.metadata.election_from_isr_or_elr`).
+    The committed PartitionChanged and LeaderElected of a partition's life are read together, in metadata order:
+    each LeaderElected takes the state before from the latest PartitionChanged before it (its own decision's)."""
     key = ["topic", "life", "partition"]
     order = metadata_order(lake_events)
     both = order.where(F.col("type").isin(events.PartitionChanged.TYPE, events.LeaderElected.TYPE))
