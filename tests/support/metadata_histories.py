@@ -182,11 +182,13 @@ def two_leaders_in_one_epoch() -> list[Envelope]:
 
 
 def unbacked_leader() -> list[Envelope]:
-    """The controller made broker 1 leader of epoch 0; broker 2 (its sequence 1) says it leads epoch 0 too."""
+    """The controller made broker 1 leader of epoch 0; broker 2 (its sequence 1) says it leads epoch 0 too, and
+    broker 3 (its sequence 0) that it leads epoch 7, which the controller never reached."""
     return [
         *emitted(CONTROLLER, 1_000, created(0), changed(1, 1, 0, 0, reason="created")),
         *emitted(broker(1), 1_000, became_leader(1, 0, 0)),
         *emitted(broker(2), 1_000, became_follower(2, 1, 0, 0), became_leader(2, 0, 0)),
+        *emitted(broker(3), 1_000, became_leader(3, 7, 0)),
     ]
 
 

@@ -62,7 +62,8 @@ def test_two_committed_leaders_in_one_epoch_are_one_finding() -> None:
 
 def test_a_broker_leading_an_epoch_the_controller_gave_another_is_a_finding() -> None:
     """Given the controller made broker 1 leader of epoch 0, when broker 2 also says it became leader in epoch 0,
-    then the finding names broker 2's BecameLeader and the PartitionChanged of that epoch."""
+    then the finding names broker 2's BecameLeader and the PartitionChanged of that epoch; and broker 3 leading
+    epoch 7, which no PartitionChanged reached, is found with its BecameLeader alone."""
     assert run("one_leader_per_epoch", unbacked_leader()) == [
         Finding(
             "one_leader_per_epoch",
@@ -71,7 +72,15 @@ def test_a_broker_leading_an_epoch_the_controller_gave_another_is_a_finding() ->
             replica=2,
             events=(bid(2, 1), cid(1)),
             detail="leader epoch 0 led by broker 2, which no committed PartitionChanged made its leader",
-        )
+        ),
+        Finding(
+            "one_leader_per_epoch",
+            topic=T,
+            partition=0,
+            replica=3,
+            events=(bid(3, 0),),
+            detail="leader epoch 7 led by broker 3, which no committed PartitionChanged made its leader",
+        ),
     ]
 
 
