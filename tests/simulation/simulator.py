@@ -15,8 +15,12 @@ and every retention run is held to Kafka's rule (`retention_honoured`).
 
 With `history` set to a list, every event is also kept in its envelope, as the shells would store it: emitter
 (broker N with one incarnation per process start, or controller 1 or 2), a gap-free sequence per incarnation,
-and the simulated clock as wall time. `replica_states()` and `partition_states()` give what the cluster holds
-now, in the shapes `hightide.audit.rebuild` rebuilds from that history.
+and the simulated clock as wall time. The clients are emitters too, with the events the real client emits
+(services/client client_events.py): each producer ("producer", its producer id) a SendInvoked per value and a
+SendCompleted telling `ok` (with the offset), `failed` (a definite error) or `unknown` (some attempt may have been
+appended), the consumer ("consumer", 1) a RecordsConsumed per answer, each offset once. `replica_states()` and
+`partition_states()` give what the cluster holds now, in the shapes `hightide.audit.rebuild` rebuilds from that
+history.
 """
 
 from __future__ import annotations

@@ -55,7 +55,9 @@ def test_a_definitely_failed_value_that_is_read_is_found_but_an_unknown_one_is_n
     (found,) = audit("definite_failure_invisible", story.envelopes)
     assert (found.first_offset, found.last_offset, found.records) == (4, 4, ("f9",))
     assert found.events == ids(failed, read)
-    assert found.detail == "value f9 failed definitely (NOT_ENOUGH_REPLICAS) but was read or acknowledged at offsets 4..4"
+    assert found.detail == (
+        "value f9 failed definitely (NOT_ENOUGH_REPLICAS) but was read or acknowledged at offsets 4..4"
+    )
 
 
 def test_an_offset_seen_with_two_values_is_a_violation_unless_an_acks1_ack_was_lost_in_a_leader_change() -> None:
