@@ -27,43 +27,46 @@ ROLE_EVENTS: Final = {
 }
 
 
-def with_life(frame: DataFrame, events_frame: DataFrame) -> DataFrame:
-    """`frame` (with `topic` and `wall_ms`) with `life`: how many TopicDeleted events of its topic have a wall_ms
-    before its own."""
-    deleted = of_type(events_frame, events.TopicDeleted).select("topic", "wall_ms", F.lit(1).alias("_deleted"))
-    rows = frame.withColumn("_deleted", F.lit(0))
-    marked = rows.unionByName(deleted, allowMissingColumns=True)
-    # Rows sort before deletions of the same wall_ms, so only earlier deletions count.
+def with_lives(events_frame: DataFrame) -> DataFrame:
+    """The events (of `read_lake`) with `life`: how many TopicDeleted events of the event's topic have a wall_ms
+    before its own (only events with a topic). Each check computes it once and reads every event type from it."""
+    deleted = (F.col("type") == events.TopicDeleted.TYPE).cast("int")
+    # A deletion sorts after the other events of its wall_ms, so only earlier deletions count (the window's frame
+    # runs to the current row's peers, which are not deletions).
     running = Window.partitionBy("topic").orderBy("wall_ms", "_deleted")
-    counted = marked.withColumn("life", F.sum("_deleted").over(running))
-    return counted.where(F.col("_deleted") == 0).drop("_deleted")
+    marked = events_frame.where(F.col("topic").isNotNull()).withColumn("_deleted", deleted)
+    return marked.withColumn("life", F.sum("_deleted").over(running) - F.col("_deleted")).drop("_deleted")
 
 
-def consumed_records(events_frame: DataFrame) -> DataFrame:
+def typed(lived: DataFrame, event_class: type[events.Event]) -> DataFrame:
+    """`of_type` over the events with lives, keeping `life`."""
+    return of_type(lived, event_class, keep=("life",))
+
+
+def consumed_records(lived: DataFrame) -> DataFrame:
     """One row per consumed record: the RecordsConsumed event's columns and life, `index` in the event, `offset`,
     `value`."""
-    consumed = with_life(of_type(events_frame, events.RecordsConsumed), events_frame)
+    consumed = typed(lived, events.RecordsConsumed)
     pairs = consumed.select("*", F.posexplode(F.arrays_zip("offsets", "values")).alias("index", "_pair"))
     return pairs.select("*", F.col("_pair.offsets").alias("offset"), F.col("_pair.values").alias("value")).drop(
         "_pair", "offsets", "values"
     )
 
 
-def sent_ok(events_frame: DataFrame) -> DataFrame:
-    sent = of_type(events_frame, events.SendCompleted).where(F.col("outcome") == "ok")
-    return with_life(sent, events_frame)
+def sent_ok(lived: DataFrame) -> DataFrame:
+    return typed(lived, events.SendCompleted).where(F.col("outcome") == "ok")
 
 
-def observations(events_frame: DataFrame) -> DataFrame:
+def observations(lived: DataFrame) -> DataFrame:
     """(topic, partition, life, offset, value, event_id, acknowledged) of every ok acknowledgement and consumed
     record."""
     columns = [*LIFE, "offset", "value", "event_id"]
-    acknowledged = sent_ok(events_frame).select(*columns, F.lit(True).alias("acknowledged"))
-    read = consumed_records(events_frame).select(*columns, F.lit(False).alias("acknowledged"))
+    acknowledged = sent_ok(lived).select(*columns, F.lit(True).alias("acknowledged"))
+    read = consumed_records(lived).select(*columns, F.lit(False).alias("acknowledged"))
     return acknowledged.unionByName(read)
 
 
-def leader_high_watermarks(events_frame: DataFrame) -> DataFrame:
+def leader_high_watermarks(lived: DataFrame) -> DataFrame:
     """(topic, partition, life, wall_ms, high_watermark) of each HighWatermarkAdvanced emitted while its replica
     led (its latest BecameLeader / BecameFollower / LogOpened / LogDeleted in the incarnation was BecameLeader)."""
     kinds = [*ROLE_EVENTS, events.HighWatermarkAdvanced.TYPE]
@@ -75,25 +78,24 @@ def leader_high_watermarks(events_frame: DataFrame) -> DataFrame:
         .orderBy("position")
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
-    roles = events_frame.where(F.col("type").isin(kinds)).withColumn("_role", role)
+    roles = lived.where(F.col("type").isin(kinds)).withColumn("_role", role)
     leading = roles.withColumn("_leading", F.last("_role", ignorenulls=True).over(incarnation))
     advanced = leading.where((F.col("type") == events.HighWatermarkAdvanced.TYPE) & (F.col("_leading") == 1))
     parsed = advanced.withColumn("_p", F.from_json("payload", payload_schema(events.HighWatermarkAdvanced)))
-    marks = parsed.select("topic", "partition", "wall_ms", F.col("_p.high_watermark").alias("high_watermark"))
-    return with_life(marks, events_frame)
+    return parsed.select(*LIFE, "wall_ms", F.col("_p.high_watermark").alias("high_watermark"))
 
 
 def consumers_below_high_watermark(events_frame: DataFrame) -> DataFrame:
     """E1 ReadCommittedOnly: see `hightide.audit.checks.clients.consumers_below_high_watermark`."""
-    marks = leader_high_watermarks(events_frame).select(*LIFE, "wall_ms", "high_watermark", F.lit(0).alias("_kind"))
-    consumed = with_life(of_type(events_frame, events.RecordsConsumed), events_frame)
-    reads = consumed.select(*LIFE, "wall_ms", "event_id", F.lit(1).alias("_kind"))
+    lived = with_lives(events_frame)
+    marks = leader_high_watermarks(lived).select(*LIFE, "wall_ms", "high_watermark", F.lit(0).alias("_kind"))
+    reads = typed(lived, events.RecordsConsumed).select(*LIFE, "wall_ms", "event_id", F.lit(1).alias("_kind"))
     # A running max per partition life; marks sort before reads of the same wall_ms ("no later than").
     running = Window.partitionBy(*LIFE).orderBy("wall_ms", "_kind")
     both = marks.unionByName(reads, allowMissingColumns=True)
     highest = both.withColumn("_hw", F.coalesce(F.max("high_watermark").over(running), F.lit(0).cast("bigint")))
     hw_at_read = highest.where(F.col("_kind") == 1).select("event_id", "_hw")
-    records = consumed_records(events_frame).join(hw_at_read, "event_id")
+    records = consumed_records(lived).join(hw_at_read, "event_id")
     above = records.where(F.col("offset") >= F.col("_hw"))
     grouped = above.groupBy("event_id", "topic", "partition", "emitter_id", "_hw").agg(
         F.min("offset").alias("first"), F.max("offset").alias("last"), F.collect_list("value").alias("values")
@@ -119,29 +121,28 @@ def consumers_below_high_watermark(events_frame: DataFrame) -> DataFrame:
     )
 
 
-def log_starts(events_frame: DataFrame) -> DataFrame:
+def log_starts(lived: DataFrame) -> DataFrame:
     """(topic, partition, life, start, reset_at): each log start offset a replica announced, first announced when."""
-    opened = of_type(events_frame, events.LogOpened).select("topic", "partition", "wall_ms", "log_start_offset")
-    advanced = of_type(events_frame, events.LogStartOffsetAdvanced).select(
-        "topic", "partition", "wall_ms", "log_start_offset"
-    )
-    over = of_type(events_frame, events.LogTruncated).where(F.col("reason") == "start_over")
-    started_over = over.select("topic", "partition", "wall_ms", F.col("truncated_to").alias("log_start_offset"))
-    starts = with_life(opened.unionByName(advanced).unionByName(started_over), events_frame)
+    opened = typed(lived, events.LogOpened).select(*LIFE, "wall_ms", "log_start_offset")
+    advanced = typed(lived, events.LogStartOffsetAdvanced).select(*LIFE, "wall_ms", "log_start_offset")
+    over = typed(lived, events.LogTruncated).where(F.col("reason") == "start_over")
+    started_over = over.select(*LIFE, "wall_ms", F.col("truncated_to").alias("log_start_offset"))
+    starts = opened.unionByName(advanced).unionByName(started_over)
     return starts.groupBy(*LIFE, F.col("log_start_offset").alias("offset")).agg(F.min("wall_ms").alias("reset_at"))
 
 
 def consumers_in_order(events_frame: DataFrame) -> DataFrame:
     """E3 PollContiguity: see `hightide.audit.checks.clients.consumers_in_order`."""
+    lived = with_lives(events_frame)
     consumer = Window.partitionBy("service", "emitter_id", "incarnation", *LIFE).orderBy("position", "index")
-    reads = consumed_records(events_frame).select(
+    reads = consumed_records(lived).select(
         "*",
         F.lag("offset").over(consumer).alias("a"),
         F.lag("value").over(consumer).alias("value_a"),
         F.lag("event_id").over(consumer).alias("id_a"),
     )
     jumps = reads.where(F.col("a").isNotNull() & (F.col("offset") != F.col("a") + 1))
-    explained_by = jumps.join(log_starts(events_frame), [*LIFE, "offset"], "left")
+    explained_by = jumps.join(log_starts(lived), [*LIFE, "offset"], "left")
     skipped = F.col("offset") > F.col("a") + 1
     explained = skipped & F.col("reset_at").isNotNull() & (F.col("reset_at") <= F.col("wall_ms"))
     broken = explained_by.where(~explained)
@@ -169,9 +170,10 @@ def consumers_in_order(events_frame: DataFrame) -> DataFrame:
 
 def definite_failure_invisible(events_frame: DataFrame) -> DataFrame:
     """D8 NoAbortedRead (G1a): see `hightide.audit.checks.clients.definite_failure_invisible`."""
-    sent = of_type(events_frame, events.SendCompleted).where(F.col("outcome") == "failed")
-    failed = with_life(sent, events_frame).select(*LIFE, "value", "error", F.col("event_id").alias("failed_id"))
-    shown = failed.join(observations(events_frame), [*LIFE, "value"])
+    lived = with_lives(events_frame)
+    sent = typed(lived, events.SendCompleted).where(F.col("outcome") == "failed")
+    failed = sent.select(*LIFE, "value", "error", F.col("event_id").alias("failed_id"))
+    shown = failed.join(observations(lived), [*LIFE, "value"])
     grouped = shown.groupBy("failed_id", "topic", "partition", "value", "error").agg(
         F.min("offset").alias("first"), F.max("offset").alias("last"), F.collect_set("event_id").alias("ids")
     )
@@ -196,12 +198,12 @@ def definite_failure_invisible(events_frame: DataFrame) -> DataFrame:
     )
 
 
-def acks1_lost(events_frame: DataFrame) -> DataFrame:
+def acks1_lost(lived: DataFrame) -> DataFrame:
     """The `event_id`s of ok SendCompleted events acknowledged under acks=1 before commit in a leader epoch a later
     one replaced: see `hightide.audit.checks.clients.acks1_lost`."""
-    sent = sent_ok(events_frame).select(*LIFE, "offset", "wall_ms", "event_id")
-    answered = of_type(events_frame, events.ProduceCompleted).where(F.col("error") == "NONE")
-    answers = with_life(answered, events_frame).select(
+    sent = sent_ok(lived).select(*LIFE, "offset", "wall_ms", "event_id")
+    answered = typed(lived, events.ProduceCompleted).where(F.col("error") == "NONE")
+    answers = answered.select(
         *LIFE,
         F.col("wall_ms").alias("answered_ms"),
         F.col("event_id").alias("answer_id"),
@@ -218,7 +220,7 @@ def acks1_lost(events_frame: DataFrame) -> DataFrame:
     )
     latest = Window.partitionBy("event_id").orderBy(F.desc("answered_ms"), F.desc("answer_id"))
     answer = covering.withColumn("_rank", F.row_number().over(latest)).where(F.col("_rank") == 1)
-    changes = with_life(of_type(events_frame, events.PartitionChanged), events_frame)
+    changes = typed(lived, events.PartitionChanged)
     last_epoch = changes.groupBy(*LIFE).agg(F.max("leader_epoch").alias("last_epoch"))
     judged = answer.join(last_epoch, [*LIFE], "left")
     lost = (
@@ -231,7 +233,8 @@ def acks1_lost(events_frame: DataFrame) -> DataFrame:
 
 def consistent_offsets(events_frame: DataFrame) -> DataFrame:
     """D4 NoInconsistentOffsets: see `hightide.audit.checks.clients.consistent_offsets`."""
-    seen = observations(events_frame).join(acks1_lost(events_frame), "event_id", "left")
+    lived = with_lives(events_frame)
+    seen = observations(lived).join(acks1_lost(lived), "event_id", "left")
     kept_value = F.when(F.col("lost").isNull(), F.col("value"))
     grouped = seen.groupBy(*LIFE, "offset").agg(
         F.collect_set("value").alias("values"),
@@ -260,7 +263,7 @@ def consistent_offsets(events_frame: DataFrame) -> DataFrame:
 def no_duplicates(events_frame: DataFrame) -> DataFrame:
     """D5 NoDuplicates: see `hightide.audit.checks.clients.no_duplicates`."""
     grouped = (
-        observations(events_frame)
+        observations(with_lives(events_frame))
         .groupBy(*LIFE, "value")
         .agg(F.collect_set("offset").alias("offsets"), F.collect_set("event_id").alias("ids"))
     )
