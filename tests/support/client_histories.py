@@ -126,6 +126,12 @@ class Story:
         )
         return self.at(wall_ms, self.controller(), event)
 
+    def elected(self, wall_ms: int, leader: int, epoch: int, election: str) -> Envelope:
+        event = events.LeaderElected(
+            topic=self.name, partition=0, previous_leader=-1, leader=leader, leader_epoch=epoch, election=election
+        )
+        return self.at(wall_ms, self.controller(), event)
+
     def topic_deleted(self, wall_ms: int) -> Envelope:
         event = events.TopicDeleted(topic=self.name, topic_id=f"id-{self.name}")
         return self.at(wall_ms, self.controller(), event)
@@ -196,6 +202,18 @@ def duplicated_value() -> tuple[Story, list[Envelope]]:
     return story, [ack, read, again]
 
 
+def reread_after_a_last_known_leader_election() -> tuple[Story, list[Envelope]]:
+    """The consumer reads offsets 0..2 (r0, r1, r2); then the partition, with ISR and ELR empty, gets its last
+    leader back (last_known_leader) without r1 and r2; the consumer, reset to its log start, reads 1 again, now
+    holding s1. Kafka allows that loss: E3's re-read and D4's two values at offset 1 are attributed to the election.
+    Returns the story and the two reads."""
+    story = Story("lkl")
+    first = story.consumed(10, (0, "r0"), (1, "r1"), (2, "r2"))
+    story.elected(20, leader=2, epoch=3, election="last_known_leader")
+    again = story.consumed(30, (1, "s1"))
+    return story, [first, again]
+
+
 def clean_across_a_topic_life() -> Story:
     """Everything as promised: a leader's HW at 3, sends acknowledged and read once each in order; then the topic is
     deleted and created again, and offset 0 holds a new value in the new life (read from the start again)."""
@@ -221,6 +239,7 @@ STORIES = (
     failed_then_read,
     inconsistent_offsets,
     duplicated_value,
+    reread_after_a_last_known_leader_election,
 )
 
 

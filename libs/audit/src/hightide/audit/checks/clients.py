@@ -23,6 +23,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Final
 
 from hightide.audit.findings import Finding, finding
 from hightide.audit.history import History
@@ -39,6 +40,7 @@ class Observation:
     offset: int
     value: str
     event_id: str
+    wall_ms: int
 
 
 class Lives:
@@ -60,11 +62,43 @@ def observations(history: History, lives: Lives) -> Iterator[Observation]:
         event = envelope.event
         if isinstance(event, events.SendCompleted) and event.outcome == "ok":
             life = lives.of(event.topic, event.partition, envelope.wall_ms)
-            yield Observation(life, event.offset, event.value, History.id(envelope))
+            yield Observation(life, event.offset, event.value, History.id(envelope), envelope.wall_ms)
         elif isinstance(event, events.RecordsConsumed):
             life = lives.of(event.topic, event.partition, envelope.wall_ms)
             for offset, value in zip(event.offsets, event.values, strict=True):
-                yield Observation(life, offset, value, History.id(envelope))
+                yield Observation(life, offset, value, History.id(envelope), envelope.wall_ms)
+
+
+# LeaderElected's elections after which Kafka no longer promises the committed records (reliability.md §8 X1),
+# as the loss cause each names, in the order a finding takes them.
+LOSSY_ELECTIONS: Final = {"unclean": "unclean_election", "last_known_leader": "last_known_leader_election"}
+
+
+class LossyElections:
+    """When each partition life first had an unclean or a last-known-leader election (LeaderElected, any
+    controller's). A broken promise of E3, D4 or D5 seen at or after one is attributed to it (the finding's
+    `cause`): the elected replica may lack committed records, so consumers re-read offsets with other values and a
+    retried batch may be appended again. A loss after lossy crashes of min ISR replicas is not attributed here."""
+
+    def __init__(self, history: History, lives: Lives) -> None:
+        self._first: dict[tuple[Life, str], int] = {}
+        for envelope, elected in history.of_type(events.LeaderElected):
+            cause = LOSSY_ELECTIONS.get(elected.election)
+            if cause is not None:
+                key = (lives.of(elected.topic, elected.partition, envelope.wall_ms), cause)
+                self._first[key] = min(envelope.wall_ms, self._first.get(key, envelope.wall_ms))
+
+    def cause(self, life: Life, wall_ms: int) -> str:
+        """The cause of a broken promise last seen at `wall_ms`: the first lossy election kind by then, or ""."""
+        for cause in LOSSY_ELECTIONS.values():
+            first = self._first.get((life, cause))
+            if first is not None and first <= wall_ms:
+                return cause
+        return ""
+
+
+def attributed(detail: str, cause: str) -> str:
+    return detail if cause == "" else f"{detail} (cause: {cause})"
 
 
 def leader_high_watermarks(history: History, lives: Lives) -> dict[Life, list[tuple[int, int]]]:
@@ -158,6 +192,7 @@ def consumers_in_order(history: History) -> Iterator[Finding]:
     `b`. (With auto.offset.reset=latest a consumer may jump to the log end: this check does not allow that.)
     One finding per pair of successive reads that breaks the rule."""
     lives = Lives(history)
+    elections = LossyElections(history, lives)
     earliest: dict[tuple[Life, int], int] = {}
     for life, offset, wall_ms in log_starts(history, lives):
         earliest[(life, offset)] = min(wall_ms, earliest.get((life, offset), wall_ms))
@@ -176,11 +211,18 @@ def consumers_in_order(history: History) -> Iterator[Finding]:
             reset_at = earliest.get((life, offset))
             if offset > a + 1 and reset_at is not None and reset_at <= envelope.wall_ms:
                 continue
-            yield _out_of_order(event, emitter.emitter_id, a, offset, (value_a, value), (id_a, this_id))
+            cause = elections.cause(life, envelope.wall_ms)
+            yield _out_of_order(event, emitter.emitter_id, a, offset, (value_a, value), (id_a, this_id), cause)
 
 
 def _out_of_order(
-    event: events.RecordsConsumed, consumer: int, a: int, b: int, values: tuple[str, str], ids: tuple[str, str]
+    event: events.RecordsConsumed,
+    consumer: int,
+    a: int,
+    b: int,
+    values: tuple[str, str],
+    ids: tuple[str, str],
+    cause: str,
 ) -> Finding:
     if b > a + 1:
         first, last = a + 1, b - 1
@@ -196,7 +238,8 @@ def _out_of_order(
         last_offset=last,
         records=values,
         events=ids,
-        detail=detail,
+        cause=cause,
+        detail=attributed(detail, cause),
     )
 
 
@@ -272,16 +315,23 @@ def consistent_offsets(history: History) -> Iterator[Finding]:
     loss (cause acks1_leader_change), not a violation."""
     lives = Lives(history)
     lost = acks1_lost(history, lives)
+    elections = LossyElections(history, lives)
     by_offset: dict[tuple[Life, int], list[Observation]] = defaultdict(list)
     for observation in observations(history, lives):
         by_offset[(observation.life, observation.offset)].append(observation)
-    for ((topic, partition, _), offset), seen in sorted(by_offset.items()):
+    for (life, offset), seen in sorted(by_offset.items()):
         values = {o.value for o in seen}
         if len(values) < 2:
             continue
         kept = {o.value for o in seen if o.event_id not in lost}
-        attributed = len(kept) <= 1
         detail = f"offset {offset} was observed with {len(values)} different values"
+        if len(kept) <= 1:
+            cause = "acks1_leader_change"
+            detail += "; the others were acknowledged under acks=1 and lost in a leader change"
+        else:
+            cause = elections.cause(life, max(o.wall_ms for o in seen))
+            detail = attributed(detail, cause)
+        topic, partition, _ = life
         yield finding(
             "consistent_offsets",
             topic=topic,
@@ -290,9 +340,8 @@ def consistent_offsets(history: History) -> Iterator[Finding]:
             last_offset=offset,
             records=values,
             events=[o.event_id for o in seen],
-            cause="acks1_leader_change" if attributed else "",
-            detail=detail
-            + ("; the others were acknowledged under acks=1 and lost in a leader change" if attributed else ""),
+            cause=cause,
+            detail=detail,
         )
 
 
@@ -300,13 +349,17 @@ def no_duplicates(history: History) -> Iterator[Finding]:
     """D5 NoDuplicates (reliability.md §8; Jepsen's :duplicate, Kafka's idempotent producer, KIP-98): a value is
     acknowledged (ok SendCompleted) or read (RecordsConsumed) at one offset of its partition life only. One finding
     per value observed at more than one offset, naming the offsets' range and every observing event."""
+    lives = Lives(history)
+    elections = LossyElections(history, lives)
     by_value: dict[tuple[Life, str], list[Observation]] = defaultdict(list)
-    for observation in observations(history, Lives(history)):
+    for observation in observations(history, lives):
         by_value[(observation.life, observation.value)].append(observation)
-    for ((topic, partition, _), value), seen in sorted(by_value.items()):
+    for (life, value), seen in sorted(by_value.items()):
         offsets = {o.offset for o in seen}
         if len(offsets) < 2:
             continue
+        cause = elections.cause(life, max(o.wall_ms for o in seen))
+        topic, partition, _ = life
         yield finding(
             "no_duplicates",
             topic=topic,
@@ -315,7 +368,8 @@ def no_duplicates(history: History) -> Iterator[Finding]:
             last_offset=max(offsets),
             records=[value],
             events=[o.event_id for o in seen],
-            detail=f"value {value} was observed at {len(offsets)} different offsets",
+            cause=cause,
+            detail=attributed(f"value {value} was observed at {len(offsets)} different offsets", cause),
         )
 
 

@@ -14,6 +14,7 @@ from typing import Final
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from hightide.audit.checks.clients import LOSSY_ELECTIONS
 from hightide.history.events import of_type, payload_schema
 from hightide.history.findings import finding_columns
 from hightide.protocol import events
@@ -60,10 +61,34 @@ def sent_ok(lived: DataFrame) -> DataFrame:
 def observations(lived: DataFrame) -> DataFrame:
     """(topic, partition, life, offset, value, event_id, acknowledged) of every ok acknowledgement and consumed
     record."""
-    columns = [*LIFE, "offset", "value", "event_id"]
+    columns = [*LIFE, "offset", "value", "event_id", "wall_ms"]
     acknowledged = sent_ok(lived).select(*columns, F.lit(True).alias("acknowledged"))
     read = consumed_records(lived).select(*columns, F.lit(False).alias("acknowledged"))
     return acknowledged.unionByName(read)
+
+
+def lossy_elections(lived: DataFrame) -> DataFrame:
+    """(topic, partition, life, unclean_at, last_known_leader_at): when each partition life first had such an
+    election: see `hightide.audit.checks.clients.LossyElections`."""
+    elected = typed(lived, events.LeaderElected).where(F.col("election").isin(*LOSSY_ELECTIONS))
+    return elected.groupBy(*LIFE).agg(
+        *[
+            F.min(F.when(F.col("election") == election, F.col("wall_ms"))).alias(f"{election}_at")
+            for election in LOSSY_ELECTIONS
+        ]
+    )
+
+
+def election_cause(seen_ms: Column) -> Column:
+    """The loss cause of a broken promise last seen at `seen_ms` (after a join with `lossy_elections`), or ""."""
+    cause = F.lit("")
+    for election, name in reversed(list(LOSSY_ELECTIONS.items())):
+        cause = F.when(F.col(f"{election}_at") <= seen_ms, F.lit(name)).otherwise(cause)
+    return cause
+
+
+def attributed(detail: Column, cause: Column) -> Column:
+    return F.when(cause == "", detail).otherwise(F.format_string("%s (cause: %s)", detail, cause))
 
 
 def leader_high_watermarks(lived: DataFrame) -> DataFrame:
@@ -145,10 +170,11 @@ def consumers_in_order(events_frame: DataFrame) -> DataFrame:
     explained_by = jumps.join(log_starts(lived), [*LIFE, "offset"], "left")
     skipped = F.col("offset") > F.col("a") + 1
     explained = skipped & F.col("reset_at").isNotNull() & (F.col("reset_at") <= F.col("wall_ms"))
-    broken = explained_by.where(~explained)
+    broken = explained_by.where(~explained).join(lossy_elections(lived), [*LIFE], "left")
+    cause = election_cause(F.col("wall_ms"))
     first = F.when(skipped, F.col("a") + 1).otherwise(F.col("offset"))
     last = F.when(skipped, F.col("offset") - 1).otherwise(F.col("a"))
-    detail = F.when(
+    plain = F.when(
         skipped,
         F.format_string(
             "consumer %d skipped offsets %d..%d: read %d then %d", "emitter_id", first, last, "a", "offset"
@@ -163,7 +189,8 @@ def consumers_in_order(events_frame: DataFrame) -> DataFrame:
             last_offset=last,
             records=F.array("value_a", "value"),
             events=F.array("id_a", "event_id"),
-            detail=detail,
+            cause=cause,
+            detail=attributed(plain, cause),
         )
     )
 
@@ -240,11 +267,13 @@ def consistent_offsets(events_frame: DataFrame) -> DataFrame:
         F.collect_set("value").alias("values"),
         F.collect_set(kept_value).alias("kept"),
         F.collect_set("event_id").alias("ids"),
+        F.max("wall_ms").alias("seen_ms"),
     )
-    conflicting = grouped.where(F.size("values") >= 2)
-    attributed = F.size("kept") <= 1
-    detail = F.format_string("offset %d was observed with %d different values", F.col("offset"), F.size("values"))
+    conflicting = grouped.where(F.size("values") >= 2).join(lossy_elections(lived), [*LIFE], "left")
+    acks1 = F.size("kept") <= 1
+    plain = F.format_string("offset %d was observed with %d different values", F.col("offset"), F.size("values"))
     suffix = "; the others were acknowledged under acks=1 and lost in a leader change"
+    cause = F.when(acks1, F.lit("acks1_leader_change")).otherwise(election_cause(F.col("seen_ms")))
     return conflicting.select(
         *finding_columns(
             "consistent_offsets",
@@ -254,22 +283,28 @@ def consistent_offsets(events_frame: DataFrame) -> DataFrame:
             last_offset=F.col("offset"),
             records=F.col("values"),
             events=F.col("ids"),
-            cause=F.when(attributed, F.lit("acks1_leader_change")).otherwise(F.lit("")),
-            detail=F.when(attributed, F.concat(detail, F.lit(suffix))).otherwise(detail),
+            cause=cause,
+            detail=F.when(acks1, F.concat(plain, F.lit(suffix))).otherwise(attributed(plain, cause)),
         )
     )
 
 
 def no_duplicates(events_frame: DataFrame) -> DataFrame:
     """D5 NoDuplicates: see `hightide.audit.checks.clients.no_duplicates`."""
+    lived = with_lives(events_frame)
     grouped = (
-        observations(with_lives(events_frame))
+        observations(lived)
         .groupBy(*LIFE, "value")
-        .agg(F.collect_set("offset").alias("offsets"), F.collect_set("event_id").alias("ids"))
+        .agg(
+            F.collect_set("offset").alias("offsets"),
+            F.collect_set("event_id").alias("ids"),
+            F.max("wall_ms").alias("seen_ms"),
+        )
     )
-    duplicated = grouped.where(F.size("offsets") >= 2)
+    duplicated = grouped.where(F.size("offsets") >= 2).join(lossy_elections(lived), [*LIFE], "left")
     count: Column = F.size("offsets")
-    detail = F.format_string("value %s was observed at %d different offsets", F.col("value"), count)
+    plain = F.format_string("value %s was observed at %d different offsets", F.col("value"), count)
+    cause = election_cause(F.col("seen_ms"))
     return duplicated.select(
         *finding_columns(
             "no_duplicates",
@@ -279,7 +314,8 @@ def no_duplicates(events_frame: DataFrame) -> DataFrame:
             last_offset=F.array_max("offsets"),
             records=F.array("value"),
             events=F.col("ids"),
-            detail=detail,
+            cause=cause,
+            detail=attributed(plain, cause),
         )
     )
 
