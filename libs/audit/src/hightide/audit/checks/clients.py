@@ -190,7 +190,9 @@ def consumers_in_order(history: History) -> Iterator[Finding]:
     jump from `a` to `b > a + 1` is explained exactly when `b` is a log start offset some replica of the partition
     announced (LogOpened, LogStartOffsetAdvanced, LogTruncated start_over) no later, by wall_ms, than the read of
     `b`. (With auto.offset.reset=latest a consumer may jump to the log end: this check does not allow that.)
-    One finding per pair of successive reads that breaks the rule."""
+    One finding per pair of successive reads that breaks the rule; after an unclean or last-known-leader election
+    of the partition it is that attributed loss (`LossyElections`): the new leader's log may end below the
+    consumer's position, and the reset to its log start goes back."""
     lives = Lives(history)
     elections = LossyElections(history, lives)
     earliest: dict[tuple[Life, int], int] = {}
@@ -312,7 +314,8 @@ def consistent_offsets(history: History) -> Iterator[Finding]:
     offset of a partition life, ok SendCompleted and RecordsConsumed alike, names one value. One finding per offset
     observed with more than one value, naming all of them and every observing event. When the values left once the
     acknowledgements lost under acks=1 (`acks1_lost`) are set aside are at most one, the finding is that attributed
-    loss (cause acks1_leader_change), not a violation."""
+    loss (cause acks1_leader_change), not a violation; else, seen after an unclean or last-known-leader election,
+    it is attributed to that election (`LossyElections`)."""
     lives = Lives(history)
     lost = acks1_lost(history, lives)
     elections = LossyElections(history, lives)
@@ -348,7 +351,8 @@ def consistent_offsets(history: History) -> Iterator[Finding]:
 def no_duplicates(history: History) -> Iterator[Finding]:
     """D5 NoDuplicates (reliability.md §8; Jepsen's :duplicate, Kafka's idempotent producer, KIP-98): a value is
     acknowledged (ok SendCompleted) or read (RecordsConsumed) at one offset of its partition life only. One finding
-    per value observed at more than one offset, naming the offsets' range and every observing event."""
+    per value observed at more than one offset, naming the offsets' range and every observing event; seen after an
+    unclean or last-known-leader election, it is attributed to that election (`LossyElections`)."""
     lives = Lives(history)
     elections = LossyElections(history, lives)
     by_value: dict[tuple[Life, str], list[Observation]] = defaultdict(list)
