@@ -15,8 +15,12 @@ and every retention run is held to Kafka's rule (`retention_honoured`).
 
 With `history` set to a list, every event is also kept in its envelope, as the shells would store it: emitter
 (broker N with one incarnation per process start, or controller 1 or 2), a gap-free sequence per incarnation,
-and the simulated clock as wall time. `replica_states()` and `partition_states()` give what the cluster holds
-now, in the shapes `hightide.audit.rebuild` rebuilds from that history.
+and the simulated clock as wall time. The clients are emitters too, with the events the real client emits
+(services/client client_events.py): each producer ("producer", its producer id) a SendInvoked per value and a
+SendCompleted telling `ok` (with the offset), `failed` (a definite error) or `unknown` (some attempt may have been
+appended), the consumer ("consumer", 1) a RecordsConsumed per answer, each offset once. `replica_states()` and
+`partition_states()` give what the cluster holds now, in the shapes `hightide.audit.rebuild` rebuilds from that
+history.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from hightide.audit.rebuild import PartitionKey, PartitionState, ReplicaKey, ReplicaState
+from hightide.client.client_events import value_text
+from hightide.client.producer import INDEFINITE_ERRORS
 from hightide.core.effects import CONTROLLER
 from hightide.core.metadata_image import TopicPartition
 from hightide.core.partition import CONSUMER_REPLICA_ID, Partition, PartitionConfig
@@ -38,8 +44,11 @@ from hightide.protocol.errors import ErrorCode
 from hightide.protocol.events import (
     Event,
     LogTruncated,
+    RecordsConsumed,
     SegmentDeleted,
     SegmentRolled,
+    SendCompleted,
+    SendInvoked,
 )
 from hightide.protocol.records import decode_batches, encode_batch
 from simulation.broker import Answer, ControllerAnswer, Request, SimBroker
@@ -140,6 +149,11 @@ class PendingBatch:
     deadline_ms: int  # delivery timeout
     request_tag: int = -1
     answer_due_ms: int = 0  # no answer by then: the request is lost, send again
+    awaiting: bool = False  # the latest attempt reached the network and has no answer yet
+    # Some attempt ended without a definite answer (lost, or an error of the client's INDEFINITE_ERRORS), so a
+    # failure is `unknown`, as the real client's ProduceFailed.indefinite: the records may be in the log.
+    maybe_written: bool = False
+    last_error: ErrorCode = ErrorCode.REQUEST_TIMED_OUT
 
 
 @dataclass
@@ -197,6 +211,7 @@ class Simulation:
         self.controller = SimController(self.config, list(self.brokers), self.now_ms, overrides)
         self.producers = [Producer(ACKS_ALL_PRODUCER, -1, producer_id=1), Producer(ACKS_ONE_PRODUCER, 1, producer_id=2)]
         self.consumer_positions: dict[tuple[str, int], int] = {}
+        self.consumer_fetches: dict[int, tuple[tuple[str, int], int]] = {}  # request tag -> (tp, fetch offset)
         self.consumer_inflight_deadline = 0
         self.histories = {
             (self.config.topic, p): PartitionHistory(f"{self.config.topic}-{p}") for p in range(self.config.partitions)
@@ -346,6 +361,17 @@ class Simulation:
             self._record(Emitter("controller", controller_id, f"controller-{controller_id}-0"), event)
         self.controller.emissions.clear()
 
+    def _record_client(self, node: int, event: Event) -> None:
+        """A client's event, as `hightide produce` / `hightide consume` emit it (services/client client_events.py):
+        each producer is emitter ("producer", its producer id), the consumer ("consumer", 1); one incarnation each,
+        since the simulated clients never restart."""
+        if node == CONSUMER:
+            emitter = Emitter("consumer", 1, "consumer-1-0")
+        else:
+            producer_id = next(p.producer_id for p in self.producers if p.node == node)
+            emitter = Emitter("producer", producer_id, f"producer-{producer_id}-0")
+        self._record(emitter, event)
+
     def _record(self, emitter: Emitter, event: Event) -> None:
         if self.history is None:
             return
@@ -377,6 +403,9 @@ class Simulation:
             batch = None
         if batch is not None:
             if self.now_ms >= batch.answer_due_ms:
+                if batch.awaiting:  # the attempt timed out: it may have been appended all the same
+                    batch.maybe_written = True
+                    batch.last_error = ErrorCode.REQUEST_TIMED_OUT
                 self._send(producer, batch)
             return
         if producer.next_value >= self.config.records_max:
@@ -397,6 +426,10 @@ class Simulation:
             base_sequence=sequence,
         )
         producer.batch = PendingBatch(tp, values, records, self.now_ms + self.config.delivery_timeout_ms)
+        if self.history is not None:
+            for value in values:
+                invoked = SendInvoked(topic=tp[0], partition=tp[1], key=None, value=value.decode())
+                self._record_client(producer.node, invoked)
         self._send(producer, producer.batch)
 
     def _send(self, producer: Producer, batch: PendingBatch) -> None:
@@ -406,6 +439,7 @@ class Simulation:
             return
         self.request_tags += 1
         batch.request_tag = self.request_tags
+        batch.awaiting = True
         producer.sent[self.request_tags] = batch
         partition = wire.ProducePartitionData(topic=batch.tp[0], partition=batch.tp[1], records=batch.records)
         body = wire.ProduceRequest(
@@ -414,9 +448,30 @@ class Simulation:
         self.network.send(self.now_ms, producer.node, leader, Request(self.request_tags, body))
 
     def _give_up(self, producer: Producer) -> None:
+        self._tell_failed(producer)
         producer.batch = None
         producer.producer_epoch += 1
         producer.sequences.clear()
+
+    def _tell_failed(self, producer: Producer, error: ErrorCode | None = None) -> None:
+        """The batch fails for good: `unknown` if some attempt may have been appended, else `failed` (definite),
+        with the last attempt's error, as the real client reports it."""
+        batch = producer.batch
+        if batch is not None and self.history is not None:
+            if batch.awaiting:
+                batch.maybe_written = True
+            outcome = "unknown" if batch.maybe_written else "failed"
+            name = (error or batch.last_error).name
+            for value in batch.values:
+                completed = SendCompleted(
+                    topic=batch.tp[0],
+                    partition=batch.tp[1],
+                    value=value.decode(),
+                    outcome=outcome,
+                    offset=-1,
+                    error=name,
+                )
+                self._record_client(producer.node, completed)
 
     def _on_produce_response(self, node: int, message: object) -> None:
         assert isinstance(message, Answer) and isinstance(message.body, wire.ProduceResponse)
@@ -426,7 +481,22 @@ class Simulation:
             return  # an answer to an earlier attempt: the latest one decides
         (answer,) = message.body.partitions
         error = ErrorCode(answer.error)
+        batch.awaiting = False
+        batch.last_error = error
+        if error in INDEFINITE_ERRORS:
+            batch.maybe_written = True
         if error is ErrorCode.NONE:
+            if self.history is not None:
+                for index, value in enumerate(batch.values):
+                    completed = SendCompleted(
+                        topic=batch.tp[0],
+                        partition=batch.tp[1],
+                        value=value.decode(),
+                        outcome="ok",
+                        offset=answer.base_offset + index,
+                        error=ErrorCode.NONE.name,
+                    )
+                    self._record_client(node, completed)
             producer.batch = None
         elif error in RETRIABLE:
             batch.answer_due_ms = self.now_ms + self.rng.randint(10, 50)  # retry.backoff.ms
@@ -461,23 +531,40 @@ class Simulation:
         )
         request = wire.FetchRequest(replica_id=CONSUMER_REPLICA_ID, max_wait_ms=100, partitions=(fetch,))
         self.request_tags += 1
+        self.consumer_fetches[self.request_tags] = (tp, position)
         self.network.send(self.now_ms, CONSUMER, leader, Request(self.request_tags, request))
         self.consumer_inflight_deadline = self.now_ms + 300
 
     def _on_consumed(self, message: object) -> None:
         self.consumer_inflight_deadline = 0
         assert isinstance(message, Answer) and isinstance(message.body, wire.FetchResponse)
+        asked = self.consumer_fetches.pop(message.tag, None)
         for answer in message.body.partitions:
             tp = (answer.topic, answer.partition)
+            position = self.consumer_positions.get(tp, 0)
+            if asked is None or asked != (tp, position):
+                continue  # as the real consumer: an answer to a fetch from an older position is out of date
             if answer.error == ErrorCode.OFFSET_OUT_OF_RANGE and answer.log_start_offset >= 0:
                 self.consumer_positions[tp] = answer.log_start_offset  # auto.offset.reset=earliest
                 continue
             if answer.error != 0 or not answer.records:
                 continue
-            records = [r for _, batch in decode_batches(answer.records) for r in batch]
+            # A batch comes whole: the records before the position are not handed to the client (the consumer's
+            # _take), so each offset is consumed once.
+            records = [r for _, batch in decode_batches(answer.records) for r in batch if r.offset >= position]
             for record in records:
                 check_consumer_read(self.histories[tp].name, record.offset, answer.high_watermark)
+            if not records:
+                continue
             self.consumer_positions[tp] = records[-1].offset + 1
+            if self.history is not None:
+                consumed = RecordsConsumed(
+                    topic=tp[0],
+                    partition=tp[1],
+                    offsets=tuple(r.offset for r in records),
+                    values=tuple(value_text(r.value) for r in records),
+                )
+                self._record_client(CONSUMER, consumed)
 
     # -- faults --------------------------------------------------------------------------------------------
 
@@ -584,6 +671,7 @@ class Simulation:
         self.lossy_losers = {tp: set() for tp in self.histories}
         self.consumer_positions.clear()
         for producer in self.producers:
+            self._tell_failed(producer, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             producer.batch = None
 
     # -- what the cluster holds now -------------------------------------------------------------------------
