@@ -76,3 +76,15 @@ def test_a_poll_becomes_one_event_per_partition_in_the_order_read() -> None:
         RecordsConsumed(topic="t", partition=0, offsets=(5, 6, 7), values=("v5", "v6", "v7")),
         RecordsConsumed(topic="t", partition=1, offsets=(9, 10), values=("v9", "v10")),
     ]
+
+
+def test_a_long_value_is_named_by_its_last_64_characters_in_every_event() -> None:
+    sink = Collect()
+    value = "x" * 100 + "-record-42"
+    future = _future(7)
+    send_invoked(sink, future, None, value)
+    send_completed(sink, future, value)
+    records_consumed(sink, [ConsumerRecord("t", 2, 7, 0, None, value.encode())])
+    named = {e.value for e in sink.events if isinstance(e, SendInvoked | SendCompleted)}
+    named |= {v for e in sink.events if isinstance(e, RecordsConsumed) for v in e.values}
+    assert named == {value[-64:]}, "a send and the read of it must name the record alike for the audit to match them"

@@ -66,7 +66,7 @@ def send_completed(events: EventSink, future: RecordFuture, value: str) -> None:
         SendCompleted(
             topic=future.topic,
             partition=future.partition,
-            value=value,
+            value=value_text(value),
             outcome=outcome,
             offset=offset,
             error=error_name,

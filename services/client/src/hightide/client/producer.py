@@ -51,8 +51,12 @@ _ACKS: Final = {"all": -1, "-1": -1, "1": 1, "0": 0}
 
 
 # Errors after which a produce may have been appended all the same (the request may have reached the leader).
+# Answers after which the records may be in the log all the same. NOT_LEADER_OR_FOLLOWER is one: a leader that loses
+# its leadership answers the produces it appended and still waits on with it (Kafka's DelayedProduce does the same),
+# and the new leader may hold those records.
 INDEFINITE_ERRORS: Final = frozenset(
     {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
         ErrorCode.REQUEST_TIMED_OUT,
         ErrorCode.NETWORK_EXCEPTION,
         ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
