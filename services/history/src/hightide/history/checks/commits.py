@@ -9,6 +9,7 @@ No Python UDFs.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -20,6 +21,7 @@ from hightide.history.findings import finding_columns
 from hightide.protocol import events
 
 KEY: Final = ("topic", "partition", "replica")
+_FOLDED: weakref.WeakKeyDictionary[DataFrame, dict[int, Folded]] = weakref.WeakKeyDictionary()
 TP: Final = ("topic", "partition")
 KAFKA_MIN_INSYNC_REPLICAS: Final = 1
 ALL: Final = -1  # a cut at -1 removes every entry (starts are >= 0)
@@ -92,10 +94,18 @@ def entry_lives(stream: DataFrame) -> DataFrame:
     started = stream.where(F.col("kind") == "epoch").select(*KEY, "position", F.col("epoch").alias("x"),
                                                              F.col("lo").alias("s"))  # fmt: skip
     added = opened.unionByName(started)
-    cuts = stream.where(F.col("cut").isNotNull()).select(*KEY, F.col("position").alias("q"), "cut")
-    joined = added.join(cuts, [*KEY], "left").where(
-        F.col("q").isNull() | ((F.col("q") > F.col("position")) & (F.col("cut") <= F.col("s")))
+    cuts = stream.where(F.col("cut").isNotNull()).select(
+        F.col("topic").alias("_t"), F.col("partition").alias("_p"), F.col("replica").alias("_r"),
+        F.col("position").alias("q"), "cut",
+    )  # fmt: skip
+    on = (
+        (F.col("topic") == F.col("_t"))
+        & (F.col("partition") == F.col("_p"))
+        & (F.col("replica") == F.col("_r"))
+        & (F.col("q") > F.col("position"))
+        & (F.col("cut") <= F.col("s"))
     )
+    joined = added.join(cuts, on, "left")
     return joined.groupBy(*KEY, "position", "x", "s").agg(F.min("q").alias("killed"))
 
 
@@ -119,13 +129,22 @@ def runs_of(queries: DataFrame, entries: DataFrame, id_columns: Sequence[str], *
     )
 
 
+def _folded(lake: DataFrame, min_insync_replicas: int) -> Folded:
+    """The fold of `lake`, computed once per lake DataFrame (and min ISR) however many checks read it."""
+    held = _FOLDED.setdefault(lake, {})
+    if min_insync_replicas not in held:
+        held[min_insync_replicas] = Folded(lake, min_insync_replicas)
+    return held[min_insync_replicas]
+
+
 class Folded:
     """What the checks read, computed once per lake DataFrame."""
 
     def __init__(self, lake: DataFrame, min_insync_replicas: int) -> None:
         c = F.col
-        stream = replica_stream(lake).cache()
-        entries = entry_lives(stream).cache()
+        # Checkpointed (materialised, lineage cut): every check plans against these small frames, not the fold.
+        stream = replica_stream(lake).localCheckpoint()
+        entries = entry_lives(stream).localCheckpoint()
         hw = stream.where(c("kind") == "hw")
         clip = F.when(~c("leader_t") & (c("next_kind") == "log_start"), F.greatest("lso_t", "next_lso")).otherwise(
             c("lso_t")
@@ -172,7 +191,7 @@ class Folded:
             .agg(F.max(F.struct("epoch", "replica")).alias("_m"))
             .select(*TP, c("_m.epoch").alias("leader_epoch"), c("_m.replica").alias("final_leader"))
         )
-        self.exemptions = _exemptions(lake, stream, min_insync_replicas).cache()
+        self.exemptions = _exemptions(lake, stream, min_insync_replicas).localCheckpoint()
         sent = of_type(lake, events.SendCompleted)
         self.sent = sent.where((c("outcome") == "ok") & (c("offset") >= 0)).select(*TP, "offset", c("value"))
 
@@ -256,7 +275,7 @@ def _finish(invariant: str, frame: DataFrame, folded: Folded, **columns: Column)
 
 def committed_prefixes_agree(lake: DataFrame, min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS) -> DataFrame:
     """B5 LogMatching and C7 CommittedOffsetStable: see `hightide.audit.checks.commits.committed_prefixes_agree`."""
-    folded = Folded(lake, min_insync_replicas)
+    folded = _folded(lake, min_insync_replicas)
     c = F.col
     hulls = folded.commits.groupBy(*TP, "x").agg(F.min("run_start").alias("h0"), F.max("run_end").alias("h1"))
     other = hulls.select(c("topic").alias("t2"), c("partition").alias("p2"), c("x").alias("y"), c("h0").alias("g0"),
@@ -323,7 +342,7 @@ def _follower_mismatches(folded: Folded) -> DataFrame:
 
 def truncation_only_uncommitted(lake: DataFrame, min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS) -> DataFrame:
     """B6 TruncateOnlyUncommitted: see `hightide.audit.checks.commits.truncation_only_uncommitted`."""
-    folded = Folded(lake, min_insync_replicas)
+    folded = _folded(lake, min_insync_replicas)
     c = F.col
     hits = _hits(folded.truncation_runs, folded, (c("cx") == c("x")) & (c("commit_epoch") <= c("epoch")))
     grouped = (
@@ -356,7 +375,7 @@ def _missing(wanted: DataFrame, held: DataFrame, keys: Sequence[str]) -> DataFra
 
 def leader_completeness(lake: DataFrame, min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS) -> DataFrame:
     """C3 LeaderCompletenessProperty: see `hightide.audit.checks.commits.leader_completeness`."""
-    folded = Folded(lake, min_insync_replicas)
+    folded = _folded(lake, min_insync_replicas)
     c = F.col
     wanted = folded.elections.join(
         _commits(folded), (c("topic") == c("ct")) & (c("partition") == c("cp")) & (c("commit_epoch") < c("epoch"))
@@ -419,7 +438,7 @@ def _lost(folded: Folded, acks: int, invariant: str) -> DataFrame:
 
 def acks_all_acknowledged_committed(lake: DataFrame, min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS) -> DataFrame:
     """D1 and D2: see `hightide.audit.checks.commits.acks_all_acknowledged_committed`."""
-    folded = Folded(lake, min_insync_replicas)
+    folded = _folded(lake, min_insync_replicas)
     c = F.col
     early = folded.acks.where((c("acks") == -1) & (c("high_watermark") <= c("last")))
     early_rows = _finish(
@@ -433,7 +452,7 @@ def acks_all_acknowledged_committed(lake: DataFrame, min_insync_replicas: int = 
 
 def acknowledged_records_lost(lake: DataFrame, min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS) -> DataFrame:
     """X1 LossAttribution for acks=1: see `hightide.audit.checks.commits.acknowledged_records_lost`."""
-    return _lost(Folded(lake, min_insync_replicas), 1, "acknowledged_records_lost")
+    return _lost(_folded(lake, min_insync_replicas), 1, "acknowledged_records_lost")
 
 
 SparkCheck = Callable[[DataFrame], DataFrame]
