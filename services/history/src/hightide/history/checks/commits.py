@@ -29,9 +29,16 @@ BIG: Final = 2**62
 
 
 def _rows(frame: DataFrame, kind: str, replica: str = "replica", **columns: Column) -> DataFrame:
+    """One event type's rows in the replica stream's shape: a column per fact some event gives, null elsewhere."""
     names = ["leo", "lso", "cut", "leader", "known", "lo", "hi", "epoch", "value", "reason", "acks", "entries"]
     types = {"leader": "boolean", "reason": "string", "entries": "array<array<bigint>>", "acks": "int"}
-    selected = [F.col("topic"), F.col("partition"), F.col(replica).alias("replica"), "position", "event_id"]
+    selected = [
+        F.col("topic"),
+        F.col("partition"),
+        F.col(replica).alias("replica"),
+        F.col("position"),
+        F.col("event_id"),
+    ]
     extra = [columns.get(n, F.lit(None)).cast(types.get(n, "bigint")).alias(n) for n in names]
     return frame.select(*selected, F.lit(kind).alias("kind"), *extra)
 
