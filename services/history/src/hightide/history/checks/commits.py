@@ -79,14 +79,15 @@ def replica_stream(lake: DataFrame) -> DataFrame:
     upto = Window.partitionBy(*KEY).orderBy("position").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     before = Window.partitionBy(*KEY).orderBy("position").rowsBetween(Window.unboundedPreceding, -1)
     ordered = Window.partitionBy(*KEY).orderBy("position")
-    return (
-        stream.withColumn("leo_t", F.coalesce(F.last("leo", True).over(upto), F.lit(0)))
-        .withColumn("lso_t", F.coalesce(F.last("lso", True).over(upto), F.lit(0)))
-        .withColumn("leader_t", F.coalesce(F.last("leader", True).over(upto), F.lit(False)))
-        .withColumn("known_t", F.coalesce(F.last("known", True).over(upto), F.lit(-1)))
-        .withColumn("leo_before", F.coalesce(F.last("leo", True).over(before), F.lit(0)))
-        .withColumn("next_kind", F.lead("kind").over(ordered))
-        .withColumn("next_lso", F.lead("lso").over(ordered))
+    return stream.select(
+        "*",
+        F.coalesce(F.last("leo", True).over(upto), F.lit(0)).alias("leo_t"),
+        F.coalesce(F.last("lso", True).over(upto), F.lit(0)).alias("lso_t"),
+        F.coalesce(F.last("leader", True).over(upto), F.lit(False)).alias("leader_t"),
+        F.coalesce(F.last("known", True).over(upto), F.lit(-1)).alias("known_t"),
+        F.coalesce(F.last("leo", True).over(before), F.lit(0)).alias("leo_before"),
+        F.lead("kind").over(ordered).alias("next_kind"),
+        F.lead("lso").over(ordered).alias("next_lso"),
     )
 
 
@@ -127,13 +128,13 @@ def runs_of(queries: DataFrame, entries: DataFrame, id_columns: Sequence[str], *
     )
     joined = queries.join(e, [*KEY]).where(alive)
     window = Window.partitionBy(*id_columns).orderBy("s")
-    return (
-        joined.withColumn("next_s", F.lead("s").over(window))
-        .withColumn("run_start", F.greatest("s", "lo"))
-        .withColumn("run_end", F.least(F.coalesce("next_s", "hi"), F.col("hi")))
-        .where(F.col("run_start") < F.col("run_end"))
-        .drop("added", "killed", "next_s", "s")
+    bounded = joined.select("*", F.lead("s").over(window).alias("next_s"))
+    runs = bounded.select(
+        *[name for name in bounded.columns if name not in ("added", "killed", "next_s", "s")],
+        F.greatest("s", "lo").alias("run_start"),
+        F.least(F.coalesce("next_s", "hi"), F.col("hi")).alias("run_end"),
     )
+    return runs.where(F.col("run_start") < F.col("run_end"))
 
 
 def _folded(lake: DataFrame, min_insync_replicas: int) -> Folded:
@@ -247,11 +248,12 @@ def _with_cause(candidates: DataFrame, exemptions: DataFrame, keys: Sequence[str
         x, (F.col("topic") == F.col("_et")) & (F.col("partition") == F.col("_ep")) & applies, "left"
     )
     window = Window.partitionBy(*keys).orderBy(F.col("from_epoch").asc_nulls_last(), F.col("cause").asc_nulls_last())
-    picked = joined.withColumn("_n", F.row_number().over(window)).where(F.col("_n") == 1)
-    return (
-        picked.withColumn("cause", F.coalesce("cause", F.lit("")))
-        .withColumn("exempting", F.coalesce("exempting", F.array().cast("array<string>")))
-        .drop("_et", "_ep", "_n", "from_epoch")
+    picked = joined.select("*", F.row_number().over(window).alias("_n")).where(F.col("_n") == 1)
+    kept = [name for name in candidates.columns if name not in ("cause", "exempting")]
+    return picked.select(
+        *kept,
+        F.coalesce("cause", F.lit("")).alias("cause"),
+        F.coalesce("exempting", F.array().cast("array<string>")).alias("exempting"),
     )
 
 
@@ -324,7 +326,7 @@ def _hits(runs: DataFrame, folded: Folded, condition: Column) -> DataFrame:
     c = F.col
     lo, hi = F.greatest("run_start", "c_start"), F.least("run_end", "c_end")
     joined = runs.join(_commits(folded), (c("topic") == c("ct")) & (c("partition") == c("cp")) & condition)
-    return joined.where(lo < hi).withColumn("olo", lo).withColumn("ohi", hi)
+    return joined.where(lo < hi).select("*", lo.alias("olo"), hi.alias("ohi"))
 
 
 def _follower_mismatches(folded: Folded) -> DataFrame:
