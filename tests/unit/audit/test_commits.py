@@ -184,3 +184,65 @@ def test_given_an_acks1_record_lost_in_a_leader_change_before_commit_then_it_is_
     assert (found.first_offset, found.last_offset, found.cause, found.events) == (
         0, 0, "acks1_leader_change", (eid(1, 4),)
     )  # fmt: skip
+
+
+def recovered(b: int, leo: int, epochs: tuple[tuple[int, int], ...]) -> events.LogOpened:
+    return events.LogOpened(
+        topic=T, partition=0, replica=b, log_start_offset=0, log_end_offset=leo, high_watermark=0,
+        leader_epochs=epochs, reason="recovered",
+    )  # fmt: skip
+
+
+def test_given_lossy_crashes_of_min_isr_replicas_then_the_lost_acknowledgement_is_attributed_to_them() -> None:
+    """The topic sets min.insync.replicas=2. Broker 1 commits and acknowledges offsets 0..1, then both brokers come
+    back from crashes with only offset 0 (LEO 1), and broker 2 leads epoch 1: offset 1 is gone, by lossy crashes."""
+    created = events.TopicCreated(
+        topic=T, topic_id="t1", partitions=1, replication_factor=2, configs=(("min.insync.replicas", "2"),)
+    )
+    first = old_leader()
+    one = emitted(Emitter("broker", 1, "broker-1-1"), recovered(1, 1, ((0, 0),)), follower(1, 1, 2))
+    two = emitted(
+        broker(2), opened(2), follower(2, 0, 1), epoch_started(2, 0, 0), appended(2, 0, 1), hw(2, 0, 2)
+    ) + emitted(Emitter("broker", 2, "broker-2-1"), recovered(2, 1, ((0, 0),)), epoch_started(2, 1, 1), leader(2, 1, 1))
+    # Each broker's second incarnation follows its first (same first wall_ms here: the incarnation names order them).
+    history = [*emitted(Emitter("controller", 100, "c"), created), *first, *one, *two]
+    (lost,) = run("acks_all_acknowledged_committed", history)
+    assert (lost.first_offset, lost.last_offset, lost.cause) == (1, 1, "lossy_crashes")
+    assert {"broker:1:broker-1-1:0", "broker:2:broker-2-1:0"} <= set(lost.events)
+    (incomplete,) = run("leader_completeness", history)
+    assert incomplete.cause == "lossy_crashes"
+
+
+def test_given_only_one_lossy_crash_below_min_isr_then_the_loss_is_a_violation() -> None:
+    created = events.TopicCreated(
+        topic=T, topic_id="t1", partitions=1, replication_factor=2, configs=(("min.insync.replicas", "2"),)
+    )
+    two = emitted(
+        Emitter("broker", 2, "broker-2-1"), recovered(2, 1, ((0, 0),)), epoch_started(2, 1, 1), leader(2, 1, 1)
+    )
+    history = [*emitted(Emitter("controller", 100, "c"), created), *old_leader(), *two]
+    (lost,) = run("acks_all_acknowledged_committed", history)
+    assert (lost.first_offset, lost.last_offset, lost.cause) == (1, 1, "")
+
+
+def test_given_a_follower_whose_hw_and_log_start_move_in_one_fetch_answer_then_the_deleted_suffix_is_not_compared() -> (
+    None
+):
+    """Broker 2 holds offsets 0..1 in epoch 3, never truncated; one fetch answer moves its HW to 2 and its log start
+    to 2 (the leader's retention deleted the offsets where the two logs differ): nothing committed is contradicted."""
+    start = events.LogStartOffsetAdvanced(topic=T, partition=0, replica=2, log_start_offset=2, reason="leader")
+    diverged = emitted(
+        broker(2), opened(2), epoch_started(2, 3, 0), appended(2, 0, 1), follower(2, 4, 1), hw(2, 0, 2, 4), start
+    )
+    assert run("committed_prefixes_agree", old_leader() + diverged) == []
+
+
+def test_given_a_follower_starting_over_behind_its_leaders_log_start_then_no_truncation_finding() -> None:
+    over = events.LogTruncated(
+        topic=T, partition=0, replica=2, log_end_offset_before=2, truncated_to=5, high_watermark_before=2,
+        high_watermark=5, leader_epoch=1, reason="start_over",
+    )  # fmt: skip
+    follower_log = emitted(
+        broker(2), opened(2), follower(2, 0, 1), epoch_started(2, 0, 0), appended(2, 0, 1), hw(2, 0, 2), over
+    )
+    assert run("truncation_only_uncommitted", old_leader() + follower_log) == []
