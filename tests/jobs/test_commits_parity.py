@@ -48,13 +48,18 @@ def _violations(findings: list[Finding]) -> set[str]:
 def test_hand_written_histories_agree(spark: SparkSession, tmp_path: Path) -> None:
     elected = LeaderElected(topic=hand.T, partition=0, previous_leader=1, leader=2, leader_epoch=1, election="unclean")
     legacy = hand.old_leader() + hand.stale_follower(legacy=True)
-    histories = {"legacy": legacy, "unclean": legacy + hand.emitted(Emitter("controller", 100, "c"), elected)}
+    histories = {
+        "legacy": legacy,
+        "unclean": legacy + hand.emitted(Emitter("controller", 100, "c"), elected),
+        "lossy": hand.lossy_history(both=True),
+    }
     found = {name: _both(spark, history, tmp_path / name) for name, history in histories.items()}
     assert _violations(found["legacy"]) == {
         "truncation_only_uncommitted", "leader_completeness", "acks_all_acknowledged_committed"
     }  # fmt: skip
     assert _violations(found["unclean"]) == set()
     assert {f.cause for f in found["unclean"]} == {"unclean_election"}
+    assert {f.cause for f in found["lossy"]} == {"lossy_crashes"}
 
 
 def test_a_clean_simulated_run_agrees_and_gives_no_violation(spark: SparkSession, tmp_path: Path) -> None:

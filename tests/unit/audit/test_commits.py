@@ -193,19 +193,22 @@ def recovered(b: int, leo: int, epochs: tuple[tuple[int, int], ...]) -> events.L
     )  # fmt: skip
 
 
-def test_given_lossy_crashes_of_min_isr_replicas_then_the_lost_acknowledgement_is_attributed_to_them() -> None:
-    """The topic sets min.insync.replicas=2. Broker 1 commits and acknowledges offsets 0..1, then both brokers come
-    back from crashes with only offset 0 (LEO 1), and broker 2 leads epoch 1: offset 1 is gone, by lossy crashes."""
+def lossy_history(*, both: bool) -> list[Envelope]:
+    """The topic sets min.insync.replicas=2. Broker 1 commits and acknowledges offsets 0..1; broker 2 (and, if
+    `both`, broker 1) comes back from a crash with only offset 0 (LEO 1), and broker 2 leads epoch 1."""
     created = events.TopicCreated(
         topic=T, topic_id="t1", partitions=1, replication_factor=2, configs=(("min.insync.replicas", "2"),)
     )
-    first = old_leader()
-    one = emitted(Emitter("broker", 1, "broker-1-1"), recovered(1, 1, ((0, 0),)), follower(1, 1, 2))
+    one = emitted(Emitter("broker", 1, "broker-1-1"), recovered(1, 1, ((0, 0),)), follower(1, 1, 2)) if both else []
     two = emitted(
         broker(2), opened(2), follower(2, 0, 1), epoch_started(2, 0, 0), appended(2, 0, 1), hw(2, 0, 2)
     ) + emitted(Emitter("broker", 2, "broker-2-1"), recovered(2, 1, ((0, 0),)), epoch_started(2, 1, 1), leader(2, 1, 1))
     # Each broker's second incarnation follows its first (same first wall_ms here: the incarnation names order them).
-    history = [*emitted(Emitter("controller", 100, "c"), created), *first, *one, *two]
+    return [*emitted(Emitter("controller", 100, "c"), created), *old_leader(), *one, *two]
+
+
+def test_given_lossy_crashes_of_min_isr_replicas_then_the_lost_acknowledgement_is_attributed_to_them() -> None:
+    history = lossy_history(both=True)
     (lost,) = run("acks_all_acknowledged_committed", history)
     assert (lost.first_offset, lost.last_offset, lost.cause) == (1, 1, "lossy_crashes")
     assert {"broker:1:broker-1-1:0", "broker:2:broker-2-1:0"} <= set(lost.events)
@@ -214,14 +217,7 @@ def test_given_lossy_crashes_of_min_isr_replicas_then_the_lost_acknowledgement_i
 
 
 def test_given_only_one_lossy_crash_below_min_isr_then_the_loss_is_a_violation() -> None:
-    created = events.TopicCreated(
-        topic=T, topic_id="t1", partitions=1, replication_factor=2, configs=(("min.insync.replicas", "2"),)
-    )
-    two = emitted(
-        Emitter("broker", 2, "broker-2-1"), recovered(2, 1, ((0, 0),)), epoch_started(2, 1, 1), leader(2, 1, 1)
-    )
-    history = [*emitted(Emitter("controller", 100, "c"), created), *old_leader(), *two]
-    (lost,) = run("acks_all_acknowledged_committed", history)
+    (lost,) = run("acks_all_acknowledged_committed", lossy_history(both=False))
     assert (lost.first_offset, lost.last_offset, lost.cause) == (1, 1, "")
 
 
