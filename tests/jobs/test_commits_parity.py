@@ -47,7 +47,7 @@ def _violations(findings: list[Finding]) -> set[str]:
 
 def test_hand_written_histories_agree(spark: SparkSession, tmp_path: Path) -> None:
     elected = LeaderElected(topic=hand.T, partition=0, previous_leader=1, leader=2, leader_epoch=1, election="unclean")
-    legacy = hand.old_leader() + hand.stale_follower(legacy=True)
+    legacy = hand.old_leader() + hand.stale_follower(legacy=True) + hand.client_told(0, 1)
     histories = {
         "legacy": legacy,
         "unclean": legacy + hand.emitted(Emitter("controller", 100, "c"), elected),
@@ -60,6 +60,7 @@ def test_hand_written_histories_agree(spark: SparkSession, tmp_path: Path) -> No
     assert _violations(found["unclean"]) == set()
     assert {f.cause for f in found["unclean"]} == {"unclean_election"}
     assert {f.cause for f in found["lossy"]} == {"lossy_crashes"}
+    assert {f.records for f in found["legacy"]} == {("v1",)}
 
 
 def test_a_clean_simulated_run_agrees_and_gives_no_violation(spark: SparkSession, tmp_path: Path) -> None:

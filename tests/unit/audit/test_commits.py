@@ -242,3 +242,17 @@ def test_given_a_follower_starting_over_behind_its_leaders_log_start_then_no_tru
         broker(2), opened(2), follower(2, 0, 1), epoch_started(2, 0, 0), appended(2, 0, 1), hw(2, 0, 2), over
     )
     assert run("truncation_only_uncommitted", old_leader() + follower_log) == []
+
+
+def client_told(*offsets: int) -> list[Envelope]:
+    """A producer client's SendCompleted events: each offset acknowledged as value v<offset>."""
+    told = [
+        events.SendCompleted(topic=T, partition=0, value=f"v{o}", outcome="ok", offset=o, error="NONE") for o in offsets
+    ]
+    return emitted(Emitter("producer", 7, "producer-7-0"), *told)
+
+
+def test_given_the_clients_values_then_a_finding_names_the_records_at_its_offsets() -> None:
+    history = old_leader() + stale_follower(legacy=True) + client_told(0, 1)
+    (found,) = run("truncation_only_uncommitted", history)
+    assert found.records == ("v1",)
