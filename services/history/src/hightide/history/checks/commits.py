@@ -1,0 +1,485 @@
+"""Committed records, truncations, leader completeness, acknowledged writes and loss attribution, in Spark.
+
+Room: services/history. The same five checks, rules and wording as `hightide.audit.checks.commits` (read its module
+docstring for the model): each replica's log is its leader epoch entries, folded from its own broker's events by
+window functions over its stream (`position` order); an entry lives from the event that adds it until the first
+later event that cuts at or below its start; every comparison is a range join on offsets, never one row per offset.
+No Python UDFs.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from hightide.history.events import of_type
+from hightide.history.findings import finding_columns
+from hightide.protocol import events
+
+KEY: Final = ("topic", "partition", "replica")
+_FOLDED: weakref.WeakKeyDictionary[DataFrame, dict[int, Folded]] = weakref.WeakKeyDictionary()
+TP: Final = ("topic", "partition")
+KAFKA_MIN_INSYNC_REPLICAS: Final = 1
+ALL: Final = -1  # a cut at -1 removes every entry (starts are >= 0)
+BIG: Final = 2**62
+
+
+def _rows(frame: DataFrame, kind: str, replica: str = "replica", **columns: Column) -> DataFrame:
+    """One event type's rows in the replica stream's shape: a column per fact some event gives, null elsewhere."""
+    names = ["leo", "lso", "cut", "leader", "known", "lo", "hi", "epoch", "value", "reason", "acks", "entries"]
+    types = {"leader": "boolean", "reason": "string", "entries": "array<array<bigint>>", "acks": "int"}
+    selected = [
+        F.col("topic"),
+        F.col("partition"),
+        F.col(replica).alias("replica"),
+        F.col("position"),
+        F.col("event_id"),
+    ]
+    extra = [columns.get(n, F.lit(None)).cast(types.get(n, "bigint")).alias(n) for n in names]
+    return frame.select(*selected, F.lit(kind).alias("kind"), *extra)
+
+
+def replica_stream(lake: DataFrame) -> DataFrame:
+    """Every event that changes or reads a replica's log, one row each, with its state after it: `leo_t`, `lso_t`,
+    `leader_t`, `known_t` (the last leader epoch it heard), `leo_before`, and the next event's kind and log start."""
+    c = F.col
+    parts = [
+        _rows(of_type(lake, events.LogOpened), "opened", leo=c("log_end_offset"), lso=c("log_start_offset"),
+              cut=F.lit(ALL), leader=F.lit(False), reason=c("reason"), entries=c("leader_epochs")),
+        _rows(of_type(lake, events.LeaderEpochStarted), "epoch", cut=c("start_offset"), epoch=c("leader_epoch"),
+              lo=c("start_offset")),
+        _rows(of_type(lake, events.RecordsAppended), "appended", leo=c("log_end_offset")),
+        _rows(of_type(lake, events.LogTruncated), "truncated", leo=c("truncated_to"),
+              lso=F.when(c("reason") == "start_over", c("truncated_to")),
+              cut=F.when(c("reason") == "start_over", F.lit(ALL)).otherwise(c("truncated_to")),
+              lo=c("truncated_to"), hi=c("log_end_offset_before"), epoch=c("leader_epoch"), reason=c("reason")),
+        _rows(of_type(lake, events.LeaderEpochsTruncated), "epochs_truncated", cut=c("end_offset")),
+        _rows(of_type(lake, events.LogStartOffsetAdvanced), "log_start", lso=c("log_start_offset")),
+        _rows(of_type(lake, events.LogDeleted), "gone", leo=F.lit(0), lso=F.lit(0), cut=F.lit(ALL),
+              leader=F.lit(False)),
+        _rows(of_type(lake, events.ReplicaOffline), "gone", leo=F.lit(0), lso=F.lit(0), cut=F.lit(ALL),
+              leader=F.lit(False)),
+        _rows(of_type(lake, events.HighWatermarkAdvanced), "hw", lo=c("previous"), hi=c("high_watermark"),
+              epoch=c("leader_epoch")),
+        _rows(of_type(lake, events.BecameLeader), "leader", leader=F.lit(True), known=c("leader_epoch"),
+              hi=c("log_end_offset"), epoch=c("leader_epoch")),
+        _rows(of_type(lake, events.BecameFollower), "follower", leader=F.lit(False), known=c("leader_epoch")),
+        _rows(of_type(lake, events.ProduceCompleted).where(
+            (c("error") == "NONE") & c("acks").isin(-1, 1) & (c("base_offset") >= 0)), "ack", replica="leader",
+              lo=c("base_offset"), hi=c("last_offset") + 1, epoch=c("leader_epoch"), value=c("high_watermark"),
+              acks=c("acks")),
+    ]  # fmt: skip
+    stream = parts[0]
+    for part in parts[1:]:
+        stream = stream.unionByName(part)
+    upto = Window.partitionBy(*KEY).orderBy("position").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    before = Window.partitionBy(*KEY).orderBy("position").rowsBetween(Window.unboundedPreceding, -1)
+    ordered = Window.partitionBy(*KEY).orderBy("position")
+    return stream.select(
+        "*",
+        F.coalesce(F.last("leo", True).over(upto), F.lit(0)).alias("leo_t"),
+        F.coalesce(F.last("lso", True).over(upto), F.lit(0)).alias("lso_t"),
+        F.coalesce(F.last("leader", True).over(upto), F.lit(False)).alias("leader_t"),
+        F.coalesce(F.last("known", True).over(upto), F.lit(-1)).alias("known_t"),
+        F.coalesce(F.last("leo", True).over(before), F.lit(0)).alias("leo_before"),
+        F.lead("kind").over(ordered).alias("next_kind"),
+        F.lead("lso").over(ordered).alias("next_lso"),
+    )
+
+
+def entry_lives(stream: DataFrame) -> DataFrame:
+    """Every leader epoch entry (epoch, start) of every replica with the position that added it and the position of
+    the first later event that cut at or below its start (`killed`, null: never)."""
+    opened = (
+        stream.where(F.col("kind") == "opened")
+        .select(*KEY, "position", F.explode("entries").alias("entry"))
+        .select(*KEY, "position", F.col("entry")[0].alias("x"), F.col("entry")[1].alias("s"))
+    )
+    started = stream.where(F.col("kind") == "epoch").select(*KEY, "position", F.col("epoch").alias("x"),
+                                                             F.col("lo").alias("s"))  # fmt: skip
+    added = opened.unionByName(started)
+    cuts = stream.where(F.col("cut").isNotNull()).select(
+        F.col("topic").alias("_t"), F.col("partition").alias("_p"), F.col("replica").alias("_r"),
+        F.col("position").alias("q"), "cut",
+    )  # fmt: skip
+    on = (
+        (F.col("topic") == F.col("_t"))
+        & (F.col("partition") == F.col("_p"))
+        & (F.col("replica") == F.col("_r"))
+        & (F.col("q") > F.col("position"))
+        & (F.col("cut") <= F.col("s"))
+    )
+    joined = added.join(cuts, on, "left")
+    return joined.groupBy(*KEY, "position", "x", "s").agg(F.min("q").alias("killed"))
+
+
+def runs_of(queries: DataFrame, entries: DataFrame, id_columns: Sequence[str], *, before: bool = False) -> DataFrame:
+    """The runs (run_start, run_end, x) of each query's replica log within [lo, hi), at the query's position `t`
+    (after its event; `before`: just before it). A query is one row per `id_columns` with KEY, t, lo and hi."""
+    e = entries.withColumnRenamed("position", "added")
+    alive = (
+        (F.col("added") < F.col("t")) & (F.col("killed").isNull() | (F.col("killed") >= F.col("t")))
+        if before
+        else (F.col("added") <= F.col("t")) & (F.col("killed").isNull() | (F.col("killed") > F.col("t")))
+    )
+    joined = queries.join(e, [*KEY]).where(alive)
+    window = Window.partitionBy(*id_columns).orderBy("s")
+    bounded = joined.select("*", F.lead("s").over(window).alias("next_s"))
+    runs = bounded.select(
+        *[name for name in bounded.columns if name not in ("added", "killed", "next_s", "s")],
+        F.greatest("s", "lo").alias("run_start"),
+        F.least(F.coalesce("next_s", "hi"), F.col("hi")).alias("run_end"),
+    )
+    return runs.where(F.col("run_start") < F.col("run_end"))
+
+
+def _folded(lake: DataFrame, min_insync_replicas: int) -> Folded:
+    """The fold of `lake`, computed once per lake DataFrame (and min ISR) however many checks read it."""
+    held = _FOLDED.setdefault(lake, {})
+    if min_insync_replicas not in held:
+        held[min_insync_replicas] = Folded(lake, min_insync_replicas)
+    return held[min_insync_replicas]
+
+
+class Folded:
+    """What the checks read, computed once per lake DataFrame."""
+
+    def __init__(self, lake: DataFrame, min_insync_replicas: int) -> None:
+        c = F.col
+        # Checkpointed (materialised, lineage cut): every check plans against these small frames, not the fold.
+        stream = replica_stream(lake).localCheckpoint()
+        entries = entry_lives(stream).localCheckpoint()
+        hw = stream.where(c("kind") == "hw")
+        clip = F.when(~c("leader_t") & (c("next_kind") == "log_start"), F.greatest("lso_t", "next_lso")).otherwise(
+            c("lso_t")
+        )
+        hw_queries = hw.select(*KEY, "event_id", c("position").alias("t"), F.greatest("lo", clip).alias("lo"), "hi",
+                               "epoch", "leader_t")  # fmt: skip
+        hw_runs = runs_of(hw_queries, entries, ["event_id"])
+        self.commits = (
+            hw_runs.where(c("leader_t"))
+            .select(*TP, "run_start", "run_end", "x", c("epoch").alias("commit_epoch"), "event_id")
+            .cache()
+        )
+        self.follower_runs = hw_runs.where(~c("leader_t")).select(*KEY, "event_id", "epoch", c("hi").alias("hw"),
+                                                                  "run_start", "run_end", "x")  # fmt: skip
+        truncated = stream.where((c("kind") == "truncated") & (c("reason") != "start_over") & (c("lo") < c("hi")))
+        self.truncation_runs = runs_of(
+            truncated.select(*KEY, "event_id", c("position").alias("t"), F.greatest("lo", "lso_t").alias("lo"),
+                             "hi", "epoch", c("lo").alias("truncated_to"), "reason"),
+            entries, ["event_id"], before=True,
+        )  # fmt: skip
+        became = stream.where(c("kind") == "leader")
+        self.elections = became.select(*KEY, "event_id", "epoch", c("lso_t").alias("log_start"))
+        self.election_runs = runs_of(
+            became.select(*KEY, "event_id", c("position").alias("t"), F.col("lso_t").alias("lo"), "hi"),
+            entries, ["event_id"],
+        )  # fmt: skip
+        acks = stream.where(c("kind") == "ack")
+        self.acks = acks.select(*KEY, "event_id", "epoch", "acks", c("lo").alias("base"), (c("hi") - 1).alias("last"),
+                                c("value").alias("high_watermark"))  # fmt: skip
+        self.ack_runs = runs_of(
+            acks.select(*KEY, "event_id", c("position").alias("t"), F.greatest("lo", "lso_t").alias("lo"), "hi",
+                        "epoch", "acks"),
+            entries, ["event_id"],
+        )  # fmt: skip
+        last = Window.partitionBy(*KEY).orderBy(F.col("position").desc())
+        ends = stream.withColumn("_n", F.row_number().over(last)).where(c("_n") == 1)
+        self.final_log_start = ends.select(*KEY, c("lso_t").alias("final_lso"))
+        self.final_runs = runs_of(
+            ends.select(*KEY, (c("position") + 1).alias("t"), F.col("lso_t").alias("lo"), F.col("leo_t").alias("hi")),
+            entries, list(KEY),
+        ).select(*KEY, "run_start", "run_end", "x")  # fmt: skip
+        self.leaders = (
+            became.groupBy(*TP)
+            .agg(F.max(F.struct("epoch", "replica")).alias("_m"))
+            .select(*TP, c("_m.epoch").alias("leader_epoch"), c("_m.replica").alias("final_leader"))
+        )
+        self.exemptions = _exemptions(lake, stream, min_insync_replicas).localCheckpoint()
+        sent = of_type(lake, events.SendCompleted)
+        self.sent = sent.where((c("outcome") == "ok") & (c("offset") >= 0)).select(*TP, "offset", c("value"))
+
+
+def _exemptions(lake: DataFrame, stream: DataFrame, min_insync_replicas: int) -> DataFrame:
+    c = F.col
+    elected = of_type(lake, events.LeaderElected).where(c("election").isin("unclean", "last_known_leader"))
+    elections = elected.select(
+        *TP, c("leader_epoch").cast("bigint").alias("from_epoch"),
+        F.when(c("election") == "unclean", "unclean_election").otherwise("last_known_leader_election").alias("cause"),
+        F.array("event_id").alias("exempting"),
+    )  # fmt: skip
+    lossy = stream.where((c("kind") == "opened") & (c("reason") == "recovered") & (c("leo") < c("leo_before")))
+    firsts = lossy.groupBy(*KEY).agg(F.min(F.struct(c("known_t").alias("e"), c("event_id").alias("i"))).alias("f"))
+    ranked = firsts.withColumn("rank", F.row_number().over(Window.partitionBy(*TP).orderBy("f.e", "f.i")))
+    configs = lake.where(c("type").isin("TopicCreated", "TopicConfigsAltered")).select(
+        "topic", "service", "emitter_id", "position",
+        F.explode(F.from_json("payload", "struct<configs:array<array<string>>>").getField("configs")).alias("kv"),
+    ).where((c("kv")[0] == "min.insync.replicas") & c("kv")[1].rlike("^[0-9]+$"))  # fmt: skip
+    min_isr = configs.groupBy("topic").agg(
+        F.max_by(c("kv")[1].cast("int"), F.struct("service", "emitter_id", "position")).alias("min_isr")
+    )
+    needed = ranked.join(min_isr, "topic", "left").withColumn(
+        "needed", F.coalesce("min_isr", F.lit(min_insync_replicas))
+    )
+    crashes = (
+        needed.where(c("rank") <= c("needed"))
+        .groupBy(*TP, "needed")
+        .agg(
+            F.count("*").alias("n"),
+            F.max_by("f.e", "rank").alias("from_epoch"),
+            F.collect_list("f.i").alias("exempting"),
+        )
+    )
+    lossy_rows = crashes.where(c("n") >= c("needed")).select(
+        *TP, c("from_epoch").cast("bigint"), F.lit("lossy_crashes").alias("cause"), "exempting"
+    )
+    return elections.unionByName(lossy_rows)
+
+
+def _with_cause(candidates: DataFrame, exemptions: DataFrame, keys: Sequence[str], applies: Column) -> DataFrame:
+    """Each candidate with `cause` and `exempting` of the earliest exemption of its partition that `applies`
+    (a condition over the candidate's `at` and the exemption's `from_epoch` and `cause`), by (epoch, cause)."""
+    x = exemptions.withColumnRenamed("topic", "_et").withColumnRenamed("partition", "_ep")
+    joined = candidates.join(
+        x, (F.col("topic") == F.col("_et")) & (F.col("partition") == F.col("_ep")) & applies, "left"
+    )
+    window = Window.partitionBy(*keys).orderBy(F.col("from_epoch").asc_nulls_last(), F.col("cause").asc_nulls_last())
+    picked = joined.select("*", F.row_number().over(window).alias("_n")).where(F.col("_n") == 1)
+    kept = [name for name in candidates.columns if name not in ("cause", "exempting")]
+    return picked.select(
+        *kept,
+        F.coalesce("cause", F.lit("")).alias("cause"),
+        F.coalesce("exempting", F.array().cast("array<string>")).alias("exempting"),
+    )
+
+
+def _at_or_before() -> Column:
+    return F.col("from_epoch") <= F.col("at")
+
+
+def _overlaps(a0: Column, a1: Column, b0: Column, b1: Column) -> Column:
+    return F.greatest(a0, b0) < F.least(a1, b1)
+
+
+def _finish(invariant: str, frame: DataFrame, folded: Folded, **columns: Column) -> DataFrame:
+    """The findings rows, with the SendCompleted values at their offsets as `records`."""
+    base = frame.select(
+        *finding_columns(invariant, topic=F.col("topic"), partition=F.col("partition"), **columns)
+    ).drop("records")
+    sent = folded.sent.withColumnRenamed("topic", "_st").withColumnRenamed("partition", "_sp")
+    on = (
+        (F.col("topic") == F.col("_st"))
+        & (F.col("partition") == F.col("_sp"))
+        & F.col("offset").between(F.col("first_offset"), F.col("last_offset"))
+    )
+    grouped = base.join(sent, on, "left").groupBy(*base.columns).agg(F.collect_list("value").alias("records"))
+    order = ["invariant", "topic", "partition", "replica", "first_offset", "last_offset", "records", "events",
+             "cause", "detail"]  # fmt: skip
+    return grouped.select(*order[:6], F.array_sort(F.array_distinct("records")).alias("records"), *order[7:])
+
+
+def committed_prefixes_agree(lake: DataFrame, min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS) -> DataFrame:
+    """B5 LogMatching and C7 CommittedOffsetStable: see `hightide.audit.checks.commits.committed_prefixes_agree`."""
+    folded = _folded(lake, min_insync_replicas)
+    c = F.col
+    hulls = folded.commits.groupBy(*TP, "x").agg(F.min("run_start").alias("h0"), F.max("run_end").alias("h1"))
+    other = hulls.select(c("topic").alias("t2"), c("partition").alias("p2"), c("x").alias("y"), c("h0").alias("g0"),
+                         c("h1").alias("g1"))  # fmt: skip
+    pairs = (
+        hulls.join(other, (c("topic") == c("t2")) & (c("partition") == c("p2")) & (c("x") < c("y")))
+        .where(_overlaps(c("h0"), c("h1"), c("g0"), c("g1")))
+        .select(*TP, "x", "y", F.greatest("h0", "g0").alias("lo"), F.least("h1", "g1").alias("hi"))
+    )
+    commits = folded.commits.select(c("topic").alias("ct"), c("partition").alias("cp"), "run_start", "run_end",
+                                    c("x").alias("cx"), "commit_epoch", "event_id")  # fmt: skip
+    involved = pairs.join(
+        commits,
+        (c("topic") == c("ct")) & (c("partition") == c("cp")) & ((c("cx") == c("x")) | (c("cx") == c("y")))
+        & _overlaps(c("run_start"), c("run_end"), c("lo"), c("hi")),
+    ).groupBy(*TP, "x", "y", "lo", "hi").agg(
+        F.max("commit_epoch").alias("at"), F.collect_list("event_id").alias("ids")
+    )  # fmt: skip
+    conflicts = _with_cause(involved, folded.exemptions, [*TP, "x", "y"], _at_or_before())
+    first = _finish(
+        "committed_prefixes_agree", conflicts, folded,
+        first_offset=c("lo"), last_offset=c("hi") - 1, events=F.concat("ids", "exempting"), cause=c("cause"),
+        detail=F.format_string("offsets %d..%d committed in leader epochs %d and %d", c("lo"), c("hi") - 1, c("x"),
+                               c("y")),
+    )  # fmt: skip
+    return first.unionByName(_follower_mismatches(folded))
+
+
+def _commits(folded: Folded) -> DataFrame:
+    c = F.col
+    return folded.commits.select(
+        c("topic").alias("ct"), c("partition").alias("cp"), c("run_start").alias("c_start"),
+        c("run_end").alias("c_end"), c("x").alias("cx"), "commit_epoch", c("event_id").alias("cid"),
+    )  # fmt: skip
+
+
+def _hits(runs: DataFrame, folded: Folded, condition: Column) -> DataFrame:
+    """`runs` joined with the commits of their partition that meet `condition` and overlap them (olo, ohi)."""
+    c = F.col
+    lo, hi = F.greatest("run_start", "c_start"), F.least("run_end", "c_end")
+    joined = runs.join(_commits(folded), (c("topic") == c("ct")) & (c("partition") == c("cp")) & condition)
+    return joined.where(lo < hi).select("*", lo.alias("olo"), hi.alias("ohi"))
+
+
+def _follower_mismatches(folded: Folded) -> DataFrame:
+    c = F.col
+    hits = _hits(folded.follower_runs, folded, (c("cx") != c("x")) & (c("commit_epoch") <= c("epoch")))
+    grouped = (
+        hits.groupBy(*KEY, "event_id", "epoch", "hw", "x", "cx")
+        .agg(F.min("olo").alias("lo"), F.max("ohi").alias("hi"), F.collect_list("cid").alias("ids"))
+        .withColumn("at", c("epoch"))
+    )
+    caused = _with_cause(grouped, folded.exemptions, ["event_id", "x", "cx"], _at_or_before())
+    return _finish(
+        "committed_prefixes_agree", caused, folded,
+        replica=c("replica"), first_offset=c("lo"), last_offset=c("hi") - 1,
+        events=F.concat(F.array("event_id"), "ids", "exempting"), cause=c("cause"),
+        detail=F.format_string(
+            "broker %d holds offsets %d..%d in leader epoch %d below its high watermark %d, committed in leader epoch "
+            "%d", c("replica"), c("lo"), c("hi") - 1, c("x"), c("hw"), c("cx"),
+        ),
+    )  # fmt: skip
+
+
+def truncation_only_uncommitted(lake: DataFrame, min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS) -> DataFrame:
+    """B6 TruncateOnlyUncommitted: see `hightide.audit.checks.commits.truncation_only_uncommitted`."""
+    folded = _folded(lake, min_insync_replicas)
+    c = F.col
+    hits = _hits(folded.truncation_runs, folded, (c("cx") == c("x")) & (c("commit_epoch") <= c("epoch")))
+    grouped = (
+        hits.groupBy(*KEY, "event_id", "epoch", "truncated_to", "reason", "x")
+        .agg(F.min("olo").alias("lo"), F.max("ohi").alias("hi"), F.collect_list("cid").alias("ids"))
+        .withColumn("at", c("epoch"))
+    )
+    caused = _with_cause(grouped, folded.exemptions, ["event_id", "x"], _at_or_before())
+    return _finish(
+        "truncation_only_uncommitted", caused, folded,
+        replica=c("replica"), first_offset=c("lo"), last_offset=c("hi") - 1,
+        events=F.concat(F.array("event_id"), "ids", "exempting"), cause=c("cause"),
+        detail=F.format_string(
+            "broker %d truncated to %d (%s), removing offsets %d..%d of leader epoch %d, committed",
+            c("replica"), c("truncated_to"), c("reason"), c("lo"), c("hi") - 1, c("x"),
+        ),
+    )  # fmt: skip
+
+
+def _missing(wanted: DataFrame, held: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """`wanted` ranges [w0, w1) of epoch x without the offsets of `held`'s run of the same epoch (h0, h1; one per
+    epoch and `keys`): rows (m0, m1), up to two per wanted range."""
+    c = F.col
+    joined = wanted.join(held, [*keys, "x"], "left")
+    left = joined.select("*", c("w0").alias("m0"), F.when(c("h0").isNull(), c("w1")).otherwise(
+        F.least("w1", "h0")).alias("m1"))  # fmt: skip
+    right = joined.where(c("h0").isNotNull()).select("*", F.greatest("w0", "h1").alias("m0"), c("w1").alias("m1"))
+    return left.unionByName(right).where(c("m0") < c("m1"))
+
+
+def leader_completeness(lake: DataFrame, min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS) -> DataFrame:
+    """C3 LeaderCompletenessProperty: see `hightide.audit.checks.commits.leader_completeness`."""
+    folded = _folded(lake, min_insync_replicas)
+    c = F.col
+    wanted = folded.elections.join(
+        _commits(folded), (c("topic") == c("ct")) & (c("partition") == c("cp")) & (c("commit_epoch") < c("epoch"))
+    ).select(*KEY, "event_id", "epoch", F.greatest("c_start", "log_start").alias("w0"), c("c_end").alias("w1"),
+             c("cx").alias("x"), "cid")  # fmt: skip
+    held = folded.election_runs.select("event_id", "x", c("run_start").alias("h0"), c("run_end").alias("h1"))
+    missing = _missing(wanted, held, ["event_id"])
+    grouped = (
+        missing.groupBy(*KEY, "event_id", "epoch")
+        .agg(F.min("m0").alias("lo"), F.max("m1").alias("hi"), F.collect_list("cid").alias("ids"))
+        .withColumn("at", c("epoch"))
+    )
+    caused = _with_cause(grouped, folded.exemptions, ["event_id"], _at_or_before())
+    return _finish(
+        "leader_completeness", caused, folded,
+        replica=c("replica"), first_offset=c("lo"), last_offset=c("hi") - 1,
+        events=F.concat(F.array("event_id"), "ids", "exempting"), cause=c("cause"),
+        detail=F.format_string("broker %d became leader in epoch %d without committed offsets %d..%d",
+                               c("replica"), c("epoch"), c("lo"), c("hi") - 1),
+    )  # fmt: skip
+
+
+def _lost(folded: Folded, acks: int, invariant: str) -> DataFrame:
+    """Acknowledged records (at `acks`) missing from the final leader's log, one finding per acknowledgement."""
+    c = F.col
+    runs = folded.ack_runs.where(c("acks") == acks).join(folded.leaders, [*TP], "left")
+    final_lso = folded.final_log_start.select(*TP, c("replica").alias("final_leader"), "final_lso")
+    runs = runs.join(final_lso, [*TP, "final_leader"], "left")
+    wanted = runs.select(*KEY, "event_id", "epoch", "final_leader", "leader_epoch",
+                         F.greatest("run_start", F.coalesce("final_lso", F.lit(0))).alias("w0"),
+                         c("run_end").alias("w1"), "x")  # fmt: skip
+    held = folded.final_runs.select(*TP, c("replica").alias("final_leader"), "x", c("run_start").alias("h0"),
+                                    c("run_end").alias("h1"))  # fmt: skip
+    missing = _missing(wanted, held, [*TP, "final_leader"])
+    committed = missing.join(
+        _commits(folded),
+        (c("topic") == c("ct")) & (c("partition") == c("cp")) & (c("cx") == c("x"))
+        & (F.greatest("m0", "c_start") < F.least("m1", "c_end")), "left",
+    )  # fmt: skip
+    grouped = (
+        committed.groupBy(*KEY, "event_id", "epoch", "final_leader", "leader_epoch")
+        .agg(F.min("m0").alias("lo"), F.max("m1").alias("hi"), F.max(c("cid").isNotNull()).alias("committed"))
+        .withColumn("at", c("epoch"))
+    )
+    follows = F.when(c("cause") == "lossy_crashes", c("from_epoch") >= c("at")).otherwise(c("from_epoch") > c("at"))
+    caused = _with_cause(grouped, folded.exemptions, ["event_id"], follows)
+    acks1 = F.lit(acks == 1) & ~c("committed") & (F.coalesce("leader_epoch", F.lit(-1)) > c("epoch"))
+    cause = F.when(acks1, F.lit("acks1_leader_change")).otherwise(c("cause"))
+    exempting = F.when(acks1, F.array().cast("array<string>")).otherwise(c("exempting"))
+    return _finish(
+        invariant, caused, folded,
+        replica=c("replica"), first_offset=c("lo"), last_offset=c("hi") - 1,
+        events=F.concat(F.array("event_id"), exempting), cause=cause,
+        detail=F.format_string(
+            "acknowledged offsets %d..%d (acks=%d, leader %d in epoch %d) are not in final leader %d's log",
+            c("lo"), c("hi") - 1, F.lit(acks), c("replica"), c("epoch"), F.coalesce("final_leader", F.lit(-1)),
+        ),
+    )  # fmt: skip
+
+
+def acks_all_acknowledged_committed(lake: DataFrame, min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS) -> DataFrame:
+    """D1 and D2: see `hightide.audit.checks.commits.acks_all_acknowledged_committed`."""
+    folded = _folded(lake, min_insync_replicas)
+    c = F.col
+    early = folded.acks.where((c("acks") == -1) & (c("high_watermark") <= c("last")))
+    early_rows = _finish(
+        "acks_all_acknowledged_committed", early, folded,
+        replica=c("replica"), first_offset=c("base"), last_offset=c("last"), events=F.array("event_id"),
+        detail=F.format_string("acks=all acknowledged offsets %d..%d with the high watermark at %d", c("base"),
+                               c("last"), c("high_watermark")),
+    )  # fmt: skip
+    return early_rows.unionByName(_lost(folded, -1, "acks_all_acknowledged_committed"))
+
+
+def acknowledged_records_lost(lake: DataFrame, min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS) -> DataFrame:
+    """X1 LossAttribution for acks=1: see `hightide.audit.checks.commits.acknowledged_records_lost`."""
+    return _lost(_folded(lake, min_insync_replicas), 1, "acknowledged_records_lost")
+
+
+SparkCheck = Callable[[DataFrame], DataFrame]
+
+
+def checks(min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS) -> dict[str, SparkCheck]:
+    """The checks, for histories whose topics do not set min.insync.replicas and ran with this broker default."""
+
+    def bound(check: Callable[[DataFrame, int], DataFrame]) -> SparkCheck:
+        return lambda lake: check(lake, min_insync_replicas)
+
+    return {
+        "committed_prefixes_agree": bound(committed_prefixes_agree),
+        "truncation_only_uncommitted": bound(truncation_only_uncommitted),
+        "leader_completeness": bound(leader_completeness),
+        "acks_all_acknowledged_committed": bound(acks_all_acknowledged_committed),
+        "acknowledged_records_lost": bound(acknowledged_records_lost),
+    }
+
+
+CHECKS: Final = checks()
