@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from hightide.client.local_cluster import LocalCluster, pid_alive
+from support.audited import assert_history_clean
 from support.cluster_cli import active_brokers, describe, hightide, status, wait_for
 
 pytestmark = pytest.mark.slow
@@ -44,6 +45,7 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         yield local
     finally:
         local.down()
+    assert_history_clean(local.lake)
 
 
 def leader_other_than(cluster: LocalCluster, topic: str, old: int) -> int:

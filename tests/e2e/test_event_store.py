@@ -35,6 +35,7 @@ from hightide.lake.reader import read_envelopes
 from hightide.protocol.envelope import Envelope, decode_envelopes
 from hightide.runtime.metadata_log import MetadataLog
 from hightide.runtime.outbox import SUFFIX, OutboxReader, read_cursor
+from support.audited import assert_history_clean
 from support.disk_state import read_disk_state
 
 pytestmark = pytest.mark.slow
@@ -51,6 +52,7 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         yield local
     finally:
         local.down()
+    assert_history_clean(local.lake)
 
 
 class Producer:

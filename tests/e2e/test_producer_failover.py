@@ -35,6 +35,7 @@ from hightide.client.bench_failover import GOAL_SLACK_S, FailoverRun, measure_fa
 from hightide.client.connection import ClusterConnection
 from hightide.client.consumer import Consumer, ConsumerRecord
 from hightide.client.local_cluster import LocalCluster
+from support.audited import assert_history_clean
 from support.cluster_cli import active_brokers, broker_states, hightide, wait_for
 
 pytestmark = pytest.mark.slow
@@ -52,6 +53,7 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         yield local
     finally:
         local.down()
+    assert_history_clean(local.lake)
 
 
 def registered_again(cluster: LocalCluster, broker: int, epoch_before: int) -> bool:

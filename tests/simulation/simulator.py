@@ -136,6 +136,8 @@ class SimConfig:
             "segment.ms": str(self.segment_ms),
             "retention.ms": str(self.retention_ms),
             "retention.bytes": str(retention_bytes),
+            # Set on the topic as well as on the controller, so that the history says it and the audit reads it.
+            "min.insync.replicas": str(self.min_insync_replicas),
         }
 
 
