@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from hightide.audit.findings import Finding
-from hightide.lake import LakeError
+from hightide.lake import LakeError, scan_lake
 
 EXIT_OK: Final = 0
 EXIT_USAGE: Final = 2
@@ -24,7 +24,7 @@ DEFAULT_MASTER: Final = "local[*]"
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add `report` to the `hightide history` subcommands; it runs `run_report`."""
-    report = subparsers.add_parser(
+    report: argparse.ArgumentParser = subparsers.add_parser(
         "report",
         help="one self-contained HTML page of the history, per partition, with the audit's verdict",
         description="Write a postmortem page: per partition, each replica's LEO and HW over time, ISR and ELR "
@@ -57,6 +57,8 @@ class ReportUsageError(Exception):
 def _check_paths(lake: Path, out: Path) -> None:
     if not lake.is_dir():
         raise ReportUsageError(f"--lake {lake} is not a directory")
+    if not scan_lake(lake).files:
+        raise ReportUsageError(f"the lake {lake} holds no event files")
     if out.is_dir():
         raise ReportUsageError(f"--out {out} is a directory; give a file name such as report.html")
     if not out.parent.is_dir():
