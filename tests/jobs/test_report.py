@@ -3,10 +3,10 @@
 Method: a simulated run with unclean elections allowed (seed 4: two unclean elections, then followers truncated
 below their high watermarks) is archived into a real lake; the audit's findings for it are given (one loss
 attributed to the unclean election, one violation), as the audit runner would hand them over. Spark collects the
-page's data (`report_data`, the timelines from a producer of `hightide.history.rebuild.timelines`' columns), the
-page is rendered, and Debian's headless Chromium opens it with no network: the DOM after its scripts ran must hold
-the drawn plotly graphs (their SVG, each replica's traces in the legends, the partition headings, the lost records'
-table rows with their cause), Chromium's console must show no script error, the HTML must fetch nothing, and the
+page's data (`report_data`, with `hightide.history.rebuild.timelines`), the page is rendered, and Debian's headless
+Chromium opens it with no network: the DOM after its scripts ran must hold the drawn plotly graphs (their SVG, each
+replica's traces in the legends, the partition headings, the lost records' table rows with their cause), Chromium's
+console must show no script error, the HTML must fetch nothing, and the
 screenshot must not be blank (decoded here with a small PNG reader). The command's bad input exits 2 with one line.
 
 Chromium: `make test` installs Debian's package when it is missing (the `system-deps` target); without it these
@@ -45,7 +45,6 @@ from hightide.protocol import events
 from hightide.protocol.envelope import Envelope
 from simulation.simulator import SimConfig, Simulation
 from support.lake_history import write_lake
-from support.python_timelines import python_timelines
 
 SEED = 4
 STEPS = 3_000
@@ -140,7 +139,7 @@ def page(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Page:
     history = _history()
     findings = _findings(history)
     write_lake(history, work / "lake")
-    data = report_data(spark, work / "lake", findings, timelines=python_timelines(spark, history))
+    data = report_data(spark, work / "lake", findings)
     html_path = work / "report.html"
     html_path.write_text(render_report(data), encoding="utf-8")
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import importlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from pyspark.sql.window import WindowSpec
 
 from hightide.audit.findings import Finding
 from hightide.history.events import of_type, read_lake
+from hightide.history.rebuild import timelines as rebuild_timelines
 from hightide.protocol import events
 
 POINTS_PER_TRACE_MAX: Final = 2_000
@@ -163,7 +163,7 @@ def report_data(
 ) -> ReportData:
     """Read the lake and collect the page's data (see the module docstring for what is kept). `timelines` produces
     the replica and partition timelines from `read_lake`'s DataFrame; by default `hightide.history.rebuild`'s."""
-    produce = timelines or _default_timelines()
+    produce = timelines or rebuild_timelines
     frame = read_lake(spark, lake).persist()
     try:
         # One pass for the header: events by (type, cluster), each with its first and last wall_ms.
@@ -206,15 +206,6 @@ def report_data(
         findings=None if findings is None else tuple(findings),
         partitions_left_out=left_out,
     )
-
-
-def _default_timelines() -> Timelines:
-    try:  # the rebuild job is another part of the history service, imported when a report is made
-        rebuild = importlib.import_module("hightide.history.rebuild")
-    except ImportError as error:
-        raise ReportInputError(f"no timelines producer: {error}") from error
-    produce: Timelines = rebuild.timelines
-    return produce
 
 
 def _choose_partitions(
