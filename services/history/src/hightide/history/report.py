@@ -726,19 +726,24 @@ def _truncation_traces(partition: PartitionData) -> list[Any]:
                 x=x,
                 y=y,
                 mode="lines",
-                line={"color": colour, "width": 7},
-                opacity=0.35,
+                line={"color": colour, "width": 9},
+                opacity=0.4,
                 name=f"{name} (removed)",
                 legendgroup=name,
                 hoverinfo="skip",
                 showlegend=False,
             )
         )
+        # The marker sits on the top of the removed range, pointing down to where the log was cut, labelled with
+        # how many records went.
         traces.append(
             go.Scatter(
                 x=[t.wall_ms for t in chosen],
-                y=[t.truncated_to for t in chosen],
-                mode="markers",
+                y=[t.log_end_offset_before for t in chosen],
+                mode="markers+text" if len(chosen) <= MARKER_TEXT_MAX else "markers",
+                texttemplate=[f"\u2212{t.removed_count}" for t in chosen],
+                textposition="top center",
+                textfont={"color": colour, "size": 11},
                 marker={"symbol": "triangle-down", "size": 13, "color": colour, "line": {"color": "white", "width": 1}},
                 name=name,
                 legendgroup=name,
