@@ -39,6 +39,7 @@ from hightide.history.report import (
     ReportData,
     membership_spans,
     render_report,
+    replica_step_points,
     report_data,
 )
 from hightide.protocol import events
@@ -255,6 +256,27 @@ def test_membership_bands_follow_the_partition_and_the_replicas_own_offline_stat
     ]
     leader = [(s.state, s.start_ms, s.end_ms) for s in membership_spans(partition, 50) if s.replica == 2]
     assert leader == [("in ISR", 10, 20), ("in ISR", 20, 30), ("leader", 30, 50)]
+
+
+def test_a_replicas_step_line_keeps_only_changes_and_is_capped(spark: SparkSession) -> None:
+    """Given replica 1's states with a repeat and two states in one millisecond, its line keeps the changes and the
+    millisecond's last state (by emitter position); given replica 2's 1,000 changes and a cap of 20 points, at most
+    20 are kept, the first and the last among them, and the page is told how many were left out."""
+    columns = "topic string, partition int, replica int, wall_ms bigint, position bigint, event_type string, "
+    columns += "log_start_offset bigint, log_end_offset bigint, high_watermark bigint, online boolean"
+    small = [(0, 0, 0), (10, 1, 1), (20, 2, 1), (30, 3, 2), (30, 4, 5)]  # (wall_ms, position, LEO)
+    rows = [("orders", 0, 1, t, position, "RecordsAppended", 0, leo, 0, True) for t, position, leo in small]
+    rows[2] = (*rows[2][:7], 1, 0, True)  # a repeat of the state before: not a change
+    rows += [("orders", 0, 2, 1_000 + t, t, "RecordsAppended", 0, t, 0, True) for t in range(1_000)]
+    timeline = spark.createDataFrame(rows, columns)
+
+    points, cut = replica_step_points(timeline, timeline, points_max=20)
+
+    assert [(p.wall_ms, p.log_end_offset) for p in points[(("orders", 0), 1)]] == [(0, 0), (10, 1), (30, 5)]
+    capped = points[(("orders", 0), 2)]
+    assert len(capped) <= 20
+    assert (capped[0].log_end_offset, capped[-1].log_end_offset) == (0, 999)
+    assert cut == {(("orders", 0), 2): 1_000 - len(capped)}
 
 
 # -- the command ----------------------------------------------------------------------------------------------

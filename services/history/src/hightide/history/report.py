@@ -245,7 +245,7 @@ def _collect_partitions(
     truncations: DataFrame,
 ) -> list[PartitionData]:
     """The chosen partitions' data (the frames are already cut to them), in `keys` order."""
-    points, cut_points = _replica_points(replica_timeline, frame)
+    points, cut_points = replica_step_points(replica_timeline, frame)
     changes, cut_changes = _membership(partition_timeline)
     chosen_elections, cut_elections = _elections(elections)
     chosen_truncations, cut_truncations = _truncations(truncations)
@@ -271,11 +271,12 @@ def _collect_partitions(
     return result
 
 
-def _replica_points(
-    timeline: DataFrame, frame: DataFrame
+def replica_step_points(
+    timeline: DataFrame, frame: DataFrame, points_max: int = POINTS_PER_TRACE_MAX
 ) -> tuple[dict[tuple[PartitionKey, int], list[ReplicaPoint]], dict[tuple[PartitionKey, int], int]]:
-    """Each replica's step line: the last state of each millisecond, kept where a value changed; beyond
-    POINTS_PER_TRACE_MAX, the first and last point of each of POINTS_PER_TRACE_MAX / 2 time buckets."""
+    """Each replica's step line: the last state of each millisecond (by `position`, joined from `frame` when the
+    timeline has none), kept where a value changed; beyond `points_max`, the first and last point of each of
+    `points_max / 2` time buckets. Also how many points each capped replica lost."""
     if "position" not in timeline.columns:  # an emitter's order breaks ties within a millisecond
         timeline = timeline.join(frame.select("event_id", "position"), "event_id", "left")
     per_ms = Window.partitionBy(*REPLICA_KEY, "wall_ms").orderBy(F.col("position").desc_nulls_first())
@@ -291,7 +292,7 @@ def _replica_points(
         .where("_changed")
     )
     whole = Window.partitionBy(*REPLICA_KEY)
-    kept = _bucketed(steps, whole, POINTS_PER_TRACE_MAX)
+    kept = _bucketed(steps, whole, points_max)
     rows = kept.select(*REPLICA_KEY, "wall_ms", *values, "event_type", "_n").orderBy(*REPLICA_KEY, "wall_ms")
     points: dict[tuple[PartitionKey, int], list[ReplicaPoint]] = {}
     cut: dict[tuple[PartitionKey, int], int] = {}
