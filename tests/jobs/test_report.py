@@ -37,6 +37,7 @@ from hightide.history.report import (
     PartitionData,
     ReplicaPoint,
     ReportData,
+    marked_elections,
     membership_spans,
     render_report,
     replica_step_points,
@@ -277,6 +278,31 @@ def test_a_replicas_step_line_keeps_only_changes_and_is_capped(spark: SparkSessi
     assert len(capped) <= 20
     assert (capped[0].log_end_offset, capped[-1].log_end_offset) == (0, 999)
     assert cut == {(("orders", 0), 2): 1_000 - len(capped)}
+
+
+def test_an_election_whose_state_never_committed_is_marked_so(spark: SparkSession) -> None:
+    """Given two LeaderElected of partition 0, only the first of which has a committed state with its leader and
+    leader epoch (the second controller was fenced before appending), the second is marked never committed."""
+    columns = "topic string, partition int, wall_ms bigint, event_id string, leader int, previous_leader int, "
+    columns += "leader_epoch int, election string"
+    elected = spark.createDataFrame(
+        [
+            ("orders", 0, 10, "controller:1:a:5", 2, 1, 3, "clean"),
+            ("orders", 0, 20, "controller:2:b:9", 3, 2, 4, "unclean"),
+        ],
+        columns,
+    )
+    committed = spark.createDataFrame(
+        [("orders", 0, 2, 3)], "topic string, partition int, leader int, leader_epoch int"
+    )
+
+    elections, cut = marked_elections(elected, committed)
+
+    assert [(e.leader_epoch, e.election, e.committed) for e in elections[("orders", 0)]] == [
+        (3, "clean", True),
+        (4, "unclean", False),
+    ]
+    assert cut == {}
 
 
 # -- the command ----------------------------------------------------------------------------------------------

@@ -97,12 +97,16 @@ class MembershipChange:
 
 @dataclass(frozen=True, slots=True)
 class Election:
+    """A LeaderElected; `committed` false when no committed partition state has its leader and leader epoch (the
+    controller's intent never landed: it was fenced or died before appending it)."""
+
     wall_ms: int
     leader: int
     previous_leader: int
     leader_epoch: int
     election: str
     event_id: str
+    committed: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +251,7 @@ def _collect_partitions(
     """The chosen partitions' data (the frames are already cut to them), in `keys` order."""
     points, cut_points = replica_step_points(replica_timeline, frame)
     changes, cut_changes = _membership(partition_timeline)
-    chosen_elections, cut_elections = _elections(elections)
+    chosen_elections, cut_elections = marked_elections(elections, partition_timeline)
     chosen_truncations, cut_truncations = _truncations(truncations)
     result = []
     for key in keys:
@@ -359,13 +363,27 @@ def _membership(timeline: DataFrame) -> tuple[dict[PartitionKey, list[Membership
     return changes, {key: n for key, n in cut.items() if n}
 
 
-def _elections(frame: DataFrame) -> tuple[dict[PartitionKey, list[Election]], dict[PartitionKey, int]]:
+def marked_elections(
+    frame: DataFrame, partition_timeline: DataFrame
+) -> tuple[dict[PartitionKey, list[Election]], dict[PartitionKey, int]]:
+    """The elections, unclean ones first under the cap, each marked committed when the partition's committed states
+    have its leader in its leader epoch."""
+    landed = partition_timeline.select(*PARTITION_KEY, "leader", "leader_epoch").distinct()
+    marked = frame.join(landed.withColumn("committed", F.lit(True)), [*PARTITION_KEY, "leader", "leader_epoch"], "left")
     first = F.when(F.col("election").isin(*UNCLEAN_ELECTIONS), 0).otherwise(1)
-    rows = _capped(frame, first)
+    rows = _capped(marked.fillna(False, subset=["committed"]), first)
     elections: dict[PartitionKey, list[Election]] = {}
     for row in rows:
         elections.setdefault((row.topic, row.partition), []).append(
-            Election(row.wall_ms, row.leader, row.previous_leader, row.leader_epoch, row.election, row.event_id)
+            Election(
+                row.wall_ms,
+                row.leader,
+                row.previous_leader,
+                row.leader_epoch,
+                row.election,
+                row.event_id,
+                bool(row.committed),
+            )
         )
     return elections, _cut(rows)
 
@@ -547,7 +565,7 @@ def _nav_badges(partition: PartitionData) -> str:
         badges.append(f"<span class='badge bad'>{violations} violation{'s' * (violations != 1)}</span>")
     if losses:
         badges.append(f"<span class='badge warn'>{losses} loss{'es' * (losses != 1)}</span>")
-    unclean = sum(1 for e in partition.elections if e.election in UNCLEAN_ELECTIONS)
+    unclean = sum(1 for e in partition.elections if e.election in UNCLEAN_ELECTIONS and e.committed)
     if unclean:
         badges.append(f"<span class='badge warn'>{unclean} unclean</span>")
     return "".join(badges)
@@ -654,7 +672,7 @@ def _partition_figure(partition: PartitionData, data: ReportData) -> str:
     ]
     for trace, row in traces:
         figure.add_trace(trace, row=row, col=1)
-    unclean = [e for e in partition.elections if e.election in UNCLEAN_ELECTIONS][:UNCLEAN_LINES_MAX]
+    unclean = [e for e in partition.elections if e.election in UNCLEAN_ELECTIONS and e.committed][:UNCLEAN_LINES_MAX]
     for election in unclean:
         colour = ELECTION_STYLES[election.election][0]
         figure.add_vline(x=election.wall_ms, line={"color": colour, "width": 1, "dash": "dash"}, row=1, col=1)
@@ -825,8 +843,9 @@ def _election_traces(partition: PartitionData, end_ms: int) -> list[Any]:
             )
         )
     labelled = len(partition.elections) <= MARKER_TEXT_MAX
-    for election_type in sorted({e.election for e in partition.elections}):
-        chosen = [e for e in partition.elections if e.election == election_type]
+    committed = [e for e in partition.elections if e.committed]
+    for election_type in sorted({e.election for e in committed}):
+        chosen = [e for e in committed if e.election == election_type]
         colour, symbol = ELECTION_STYLES.get(election_type, ("#334155", "circle"))
         traces.append(
             go.Scatter(
@@ -841,6 +860,21 @@ def _election_traces(partition: PartitionData, end_ms: int) -> list[Any]:
                 legendgroup="elections",
                 legendgrouptitle_text="elections",
                 text=[_election_text(e) for e in chosen],
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
+    intents = [e for e in partition.elections if not e.committed]
+    if intents:
+        traces.append(
+            go.Scatter(
+                x=[e.wall_ms for e in intents],
+                y=[e.leader_epoch for e in intents],
+                mode="markers",
+                marker={"symbol": "circle-open", "size": 12, "color": "#94a3b8", "line": {"width": 2}},
+                name="never committed",
+                legendgroup="elections",
+                legendgrouptitle_text="elections",
+                text=[_election_text(e) + "<br><i>never committed (the controller lost its term)</i>" for e in intents],
                 hovertemplate="%{text}<extra></extra>",
             )
         )
