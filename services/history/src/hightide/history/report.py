@@ -169,6 +169,7 @@ def report_data(
     the replica and partition timelines from `read_lake`'s DataFrame; by default `hightide.history.rebuild`'s."""
     produce = timelines or rebuild_timelines
     frame = read_lake(spark, lake).persist()
+    persisted = [frame]
     try:
         # One pass for the header: events by (type, cluster), each with its first and last wall_ms.
         overview = frame.groupBy("type", "cluster_id").agg(
@@ -181,7 +182,9 @@ def report_data(
         for row in header:
             counts[row.type] += int(row.n)
         cluster_ids = tuple(sorted({row.cluster_id for row in header}))
-        replica_timeline, partition_timeline = produce(frame)
+        # Both timelines feed the choice of partitions and then their collection: computed once.
+        replica_timeline, partition_timeline = (timeline.persist() for timeline in produce(frame))
+        persisted.extend((replica_timeline, partition_timeline))
         elections = of_type(frame, events.LeaderElected)
         truncations = of_type(frame, events.LogTruncated)
         keys, left_out = _choose_partitions(replica_timeline, partition_timeline, elections, truncations, findings)
@@ -194,7 +197,8 @@ def report_data(
             frame, keys, cut(replica_timeline), cut(partition_timeline), cut(elections), cut(truncations)
         )
     finally:
-        frame.unpersist()
+        for cached in persisted:
+            cached.unpersist()
     by_partition: dict[PartitionKey, list[Finding]] = {}
     for item in findings or ():
         by_partition.setdefault((item.topic, item.partition), []).append(item)
