@@ -557,7 +557,9 @@ def _header(data: ReportData) -> str:
         f"{_e(_time(data.first_wall_ms))} → {_e(_time(data.last_wall_ms))} UTC</div></header>"
         f"<section class='card overview'><div class='facts'><table class='facts'>{rows}</table>"
         f"{_verdict(data.findings)}</div><div class='counts'><h3>Events by type</h3>{_counts_figure(data)}</div>"
-        f"</section><nav class='card'><h3>Partitions</h3>{nav}{left_out}</nav>"
+        f"</section><nav class='card'><h3>Partitions</h3>{nav}{left_out}<p class='hint'>On a chart: drag to zoom "
+        "(the three rows share time), double-click to zoom out, hover for each state, click a legend entry to hide "
+        "it.</p></nav>"
     )
 
 
@@ -1033,5 +1035,6 @@ nav h3 { margin-top: 0; }
 .badge { display: inline-block; margin-left: 6px; padding: 1px 7px; border-radius: 999px; font-size: 11px;
   font-weight: 600; vertical-align: middle; }
 .badge.bad { background: #fee2e2; color: var(--bad); } .badge.warn { background: #fef3c7; color: var(--warn); }
+.hint { color: var(--muted); font-size: 12px; margin: 6px 0 0; }
 .note { color: var(--warn); font-size: 12px; margin: 4px 0; } p.none { color: var(--muted); margin: 4px 0; }
 """
