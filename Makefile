@@ -12,7 +12,7 @@ export UV_PYTHON_DOWNLOADS := never
 export UV_PYTHON_PREFERENCE := only-system
 RUN := $(UV) run --locked --no-sync
 
-.PHONY: help install java lint typecheck imports test test-fast bench run demo down simulate clean
+.PHONY: help install java lint typecheck imports system-deps test test-fast bench run demo down simulate clean
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
@@ -45,12 +45,25 @@ lint: install  ## ruff (lint and format), mypy (strict for libs/), import-linter
 	$(RUN) mypy
 	$(RUN) lint-imports
 
-test: install java lint  ## every test tier present (what CI runs)
+# The report test opens the postmortem page in headless Chromium (Debian's `chromium` package). Missing, it is
+# installed when we are root with apt-get; otherwise this says so and that test fails under CI=true.
+CHROMIUM := /usr/bin/chromium
+system-deps:  ## system packages the tests need (Debian's chromium), installed when missing and we may
+	@if [ -x $(CHROMIUM) ]; then exit 0; fi; \
+	 if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	   echo "system-deps: installing Debian's chromium for the report test"; \
+	   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+	 else \
+	   echo "system-deps: $(CHROMIUM) is missing and cannot be installed here (needs root and apt-get);" \
+	        "the report test fails under CI=true" >&2; \
+	 fi
+
+test: install java lint system-deps  ## every test tier present (what CI runs)
 	@$(RUN) pytest tests; rc=$$?; \
 	 if [ $$rc -eq 5 ]; then echo "FAIL: pytest collected no tests; CI must not pass empty" >&2; fi; \
 	 exit $$rc
 
-test-fast: install  ## the tests without the linters
+test-fast: install system-deps  ## the tests without the linters
 	$(RUN) pytest tests -x -q
 
 bench: install  ## benchmarks, printed (never asserted): storage, codec and simulator figures with their goals

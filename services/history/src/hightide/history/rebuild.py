@@ -1,0 +1,500 @@
+"""The rebuild on Spark: every replica's and every partition's state after each event that changed it (timelines),
+and the state the events up to any instant leave (`state_at`).
+
+Room: services/history. The rules are `hightide.audit.rebuild`'s (its module docstring is the specification) and the
+epoch cache's `hightide.audit.epochs` (Kafka's LeaderEpochFileCache); this module writes them as window functions
+and higher-order array functions (`aggregate`, `filter`, `transform`), never as Python UDFs. It must agree with the
+plain-Python rebuild on every history, which the jobs tests check at many instants of simulated runs.
+
+How the replica fold becomes windows, per replica (topic, partition, broker) in its emitter's order:
+- LEO and HW are each the last value some event set (LogOpened, RecordsAppended / HighWatermarkAdvanced,
+  LogTruncated): `last(..., ignorenulls)` over the running frame;
+- the log start offset is the last value set (LogOpened, a start-over truncation, LogStartOffsetAdvanced) lowered
+  by every other truncation since: a running `min` within the group the last setter opens;
+- the epoch cache is a fold of assign / truncate_from_end / truncate_from_start from the last reset (LogOpened,
+  a start-over truncation): `aggregate` over the operations since that reset, computed on the (few) events that
+  touch the cache only, then carried forward to the others;
+- LogDeleted and ReplicaOffline take the replica out of the live set: their row carries the state the disk was
+  left in (`online` false), and an event after them that is not a LogOpened starts from an empty replica, as the
+  plain fold does (it notes an anomaly).
+
+The partition fold: metadata events in `controller_order` (terms cut at ControllerElected and ordered by
+(controller epoch, first wall_ms, emitter), abandoned controller intents left out, by `Takeovers`' rule), then per
+topic its lives (a TopicCreated begins one, a TopicDeleted ends it), and per partition within a life a
+PartitionChanged counts only when its partition epoch is above every one before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from hightide.history.events import event_id_column
+from hightide.protocol import events as ev
+
+REPLICA_KEY: Final = ("topic", "partition", "replica")
+PARTITION_KEY: Final = ("topic", "partition")
+NO_TERM: Final = -1  # hightide.audit.rebuild.NO_TERM
+EPOCHS_TYPE: Final = T.ArrayType(T.ArrayType(T.LongType(), True), True)
+INTS_TYPE: Final = T.ArrayType(T.IntegerType(), True)
+Scope = Sequence[str]
+
+REPLICA_TIMELINE_SCHEMA: Final = T.StructType(
+    [
+        T.StructField("topic", T.StringType(), True),
+        T.StructField("partition", T.IntegerType(), True),
+        T.StructField("replica", T.IntegerType(), True),
+        T.StructField("wall_ms", T.LongType(), True),
+        T.StructField("event_id", T.StringType(), True),
+        T.StructField("event_type", T.StringType(), True),
+        T.StructField("log_start_offset", T.LongType(), True),
+        T.StructField("log_end_offset", T.LongType(), True),
+        T.StructField("high_watermark", T.LongType(), True),
+        T.StructField("epoch_entries", EPOCHS_TYPE, True),
+        T.StructField("online", T.BooleanType(), True),
+    ]
+)
+PARTITION_TIMELINE_SCHEMA: Final = T.StructType(
+    [
+        T.StructField("topic", T.StringType(), True),
+        T.StructField("partition", T.IntegerType(), True),
+        T.StructField("wall_ms", T.LongType(), True),
+        T.StructField("event_id", T.StringType(), True),
+        T.StructField("reason", T.StringType(), True),
+        T.StructField("replicas", INTS_TYPE, True),
+        T.StructField("isr", INTS_TYPE, True),
+        T.StructField("elr", INTS_TYPE, True),
+        T.StructField("last_known_elr", INTS_TYPE, True),
+        T.StructField("leader", T.IntegerType(), True),
+        T.StructField("leader_epoch", T.IntegerType(), True),
+        T.StructField("partition_epoch", T.IntegerType(), True),
+        T.StructField("life", T.IntegerType(), True),
+    ]
+)
+
+# The order of one replica's events: its emitter's (streams are folded one after another, in emitter key order).
+REPLICA_ORDER: Final = ("service", "emitter_id", "position")
+
+_REPLICA_TYPES: Final = tuple(
+    t.TYPE
+    for t in (
+        ev.LogOpened,
+        ev.RecordsAppended,
+        ev.LeaderEpochStarted,
+        ev.HighWatermarkAdvanced,
+        ev.LogTruncated,
+        ev.LeaderEpochsTruncated,
+        ev.LogStartOffsetAdvanced,
+        ev.LogDeleted,
+        ev.ReplicaOffline,
+    )
+)
+_GONE_TYPES: Final = (ev.LogDeleted.TYPE, ev.ReplicaOffline.TYPE)
+_REPLICA_FIELDS: Final = T.StructType(
+    [
+        T.StructField(name, spark_type, True)
+        for name, spark_type in (
+            ("log_end_offset", T.LongType()),
+            ("high_watermark", T.LongType()),
+            ("log_start_offset", T.LongType()),
+            ("truncated_to", T.LongType()),
+            ("reason", T.StringType()),
+            ("leader_epoch", T.LongType()),
+            ("start_offset", T.LongType()),
+            ("end_offset", T.LongType()),
+            ("leader_epochs", EPOCHS_TYPE),
+        )
+    ]
+)
+METADATA_TYPES: Final = tuple(
+    t.TYPE
+    for t in (ev.TopicCreated, ev.TopicDeleted, ev.PartitionChanged, ev.ReplicaMarkedOffline, ev.BrokerRegistered)
+)
+CONTROLLER_TYPES: Final = (*METADATA_TYPES, ev.ControllerElected.TYPE, ev.ControllerDeposed.TYPE)
+_METADATA_FIELDS: Final = T.StructType(
+    [
+        T.StructField(name, spark_type, True)
+        for name, spark_type in (
+            ("controller_epoch", T.IntegerType()),
+            ("metadata_offset", T.LongType()),
+            ("reason", T.StringType()),
+            ("replicas", INTS_TYPE),
+            ("isr", INTS_TYPE),
+            ("elr", INTS_TYPE),
+            ("last_known_elr", INTS_TYPE),
+            ("leader", T.IntegerType()),
+            ("leader_epoch", T.IntegerType()),
+            ("partition_epoch", T.IntegerType()),
+        )
+    ]
+)
+
+# Epoch cache operations, folded by `_epoch_step`.
+_ASSIGN: Final = 0
+_TRUNCATE_FROM_END: Final = 1
+_TRUNCATE_FROM_START: Final = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Rebuilt:
+    """The internal frames: each timeline row with its order columns (`REPLICA_ORDER`; `metadata_order` and
+    `topic_life` / `topic_deleted` for partitions), which `timelines` drops and `state_at` uses."""
+
+    replicas: DataFrame
+    partitions: DataFrame
+    topics: DataFrame  # per topic, after all its events: life (-1 if never created) and deleted
+
+
+def timelines(events: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(replica timeline, partition timeline) of `read_lake`'s DataFrame, with exactly the columns of
+    REPLICA_TIMELINE_SCHEMA and PARTITION_TIMELINE_SCHEMA (see the module docstring for the rules)."""
+    rebuilt = rebuild_frames(events)
+    return _typed(rebuilt.replicas, REPLICA_TIMELINE_SCHEMA), _typed(rebuilt.partitions, PARTITION_TIMELINE_SCHEMA)
+
+
+def _typed(frame: DataFrame, schema: T.StructType) -> DataFrame:
+    return frame.select(*[F.col(field.name).cast(field.dataType).alias(field.name) for field in schema.fields])
+
+
+def rebuild_frames(events: DataFrame, scope: Scope = ()) -> Rebuilt:
+    """The timelines with their order columns; `scope` names columns that split the events into histories folded
+    apart (an instant, for the state at many instants in one job)."""
+    partitions, topics = partition_timeline(events, scope)
+    return Rebuilt(replica_timeline(events, scope), partitions, topics)
+
+
+# -- replicas ----------------------------------------------------------------------------------------------------
+
+
+def replica_timeline(events: DataFrame, scope: Scope = ()) -> DataFrame:
+    """One row per replica-changing event with the replica's state after it, and the REPLICA_ORDER columns."""
+    rows = (
+        events.where(F.col("type").isin(*_REPLICA_TYPES))
+        .select(
+            *scope,
+            *REPLICA_KEY,
+            *REPLICA_ORDER,
+            "wall_ms",
+            "event_id",
+            "type",
+            F.from_json("payload", _REPLICA_FIELDS).alias("p"),
+        )
+        .withColumnRenamed("type", "event_type")
+    )
+    by_replica = Window.partitionBy(*scope, *REPLICA_KEY).orderBy(*REPLICA_ORDER)
+    running = by_replica.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    before = by_replica.rowsBetween(Window.unboundedPreceding, -1)
+    kind, p = F.col("event_type"), F.col("p")
+    is_open, is_gone = kind == ev.LogOpened.TYPE, kind.isin(*_GONE_TYPES)
+    start_over = (kind == ev.LogTruncated.TYPE) & (p.reason == "start_over")
+    # A replica starts afresh at its first event and at the event after it went: unset values are 0 there.
+    fresh = F.coalesce(F.lag(is_gone.cast("int")).over(by_replica), F.lit(1)) == 1
+    staged = rows.select(
+        "*",
+        fresh.alias("fresh"),
+        is_gone.alias("gone"),
+        (F.coalesce(F.sum(is_gone.cast("int")).over(before), F.lit(0))).alias("gone_before"),
+        F.sum((is_open | start_over | (kind == ev.LogStartOffsetAdvanced.TYPE)).cast("int"))
+        .over(running)
+        .alias("ls_sets"),
+        F.sum((is_open | start_over).cast("int")).over(running).alias("ep_resets"),
+    )
+    leo_set = F.when(is_open | (kind == ev.RecordsAppended.TYPE), p.log_end_offset).when(
+        kind == ev.LogTruncated.TYPE, p.truncated_to
+    )
+    hw_set = F.when(is_open | kind.isin(ev.HighWatermarkAdvanced.TYPE, ev.LogTruncated.TYPE), p.high_watermark)
+    with_offsets = staged.select(
+        "*",
+        F.last(_or_zero_when_fresh(leo_set), ignorenulls=True).over(running).alias("log_end_offset"),
+        F.last(_or_zero_when_fresh(hw_set), ignorenulls=True).over(running).alias("high_watermark"),
+        (F.col("ls_sets") + F.col("gone_before")).alias("ls_group"),
+        (F.col("ep_resets") + F.col("gone_before")).alias("ep_group"),
+    )
+    return _with_epochs(_with_log_start(with_offsets, scope), scope)
+
+
+def _or_zero_when_fresh(value: Column) -> Column:
+    return F.when(value.isNotNull(), value).when(F.col("fresh"), F.lit(0).cast("long"))
+
+
+def _with_log_start(rows: DataFrame, scope: Scope) -> DataFrame:
+    """The last log start set in the group, lowered by every (not start-over) truncation since."""
+    kind, p = F.col("event_type"), F.col("p")
+    setter = F.when(kind.isin(ev.LogOpened.TYPE, ev.LogStartOffsetAdvanced.TYPE), p.log_start_offset).when(
+        (kind == ev.LogTruncated.TYPE) & (p.reason == "start_over"), p.truncated_to
+    )
+    lowered = F.when((kind == ev.LogTruncated.TYPE) & (p.reason != "start_over"), p.truncated_to)
+    group = Window.partitionBy(*scope, *REPLICA_KEY, "ls_group").orderBy(*REPLICA_ORDER)
+    running = group.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    first_set = F.coalesce(F.first(setter).over(running), F.lit(0).cast("long"))
+    return rows.withColumn("log_start_offset", F.least(first_set, F.min(lowered).over(running)))
+
+
+def _with_epochs(rows: DataFrame, scope: Scope) -> DataFrame:
+    """The epoch cache after each event: folded over the events that touch it, carried forward to the rest."""
+    kind, p = F.col("event_type"), F.col("p")
+    operation = (
+        F.when(kind == ev.LeaderEpochStarted.TYPE, _op(_ASSIGN, p.leader_epoch, p.start_offset))
+        .when((kind == ev.LogTruncated.TYPE) & (p.reason != "start_over"), _op(_TRUNCATE_FROM_END, p.truncated_to))
+        .when(kind == ev.LeaderEpochsTruncated.TYPE, _op(_TRUNCATE_FROM_END, p.end_offset))
+        .when(kind == ev.LogStartOffsetAdvanced.TYPE, _op(_TRUNCATE_FROM_START, p.log_start_offset))
+    )
+    resets = kind == ev.LogOpened.TYPE
+    touches = operation.isNotNull() | (kind == ev.LogTruncated.TYPE) | resets | F.col("fresh")
+    marked = rows.withColumn("_op", operation).withColumn("_touches", touches)
+    group = Window.partitionBy(*scope, *REPLICA_KEY, "ep_group").orderBy(*REPLICA_ORDER)
+    running = group.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    initial = F.coalesce(F.first(F.when(resets, p.leader_epochs)).over(running), F.array().cast(EPOCHS_TYPE))
+    folded = F.aggregate(F.collect_list("_op").over(running), initial, _epoch_step)
+    touching = marked.where("_touches").withColumn("_epochs", folded)
+    others = marked.where(~F.col("_touches")).withColumn("_epochs", F.lit(None).cast(EPOCHS_TYPE))
+    by_replica = Window.partitionBy(*scope, *REPLICA_KEY).orderBy(*REPLICA_ORDER)
+    carried = F.last("_epochs", ignorenulls=True).over(by_replica.rowsBetween(Window.unboundedPreceding, 0))
+    return (
+        touching.unionByName(others)
+        .withColumn("epoch_entries", carried)
+        .withColumn("online", ~F.col("gone"))
+        .drop("_op", "_touches", "_epochs", "p")
+    )
+
+
+def _op(kind: int, a: Column, b: Column | None = None) -> Column:
+    return F.struct(
+        F.lit(kind).alias("kind"), a.cast("long").alias("a"), (b if b is not None else F.lit(0)).cast("long").alias("b")
+    )
+
+
+def _epoch_step(entries: Column, op: Column) -> Column:
+    """One of LeaderEpochFileCache's mutators (`hightide.audit.epochs`) on an array of [epoch, start offset]."""
+    return (
+        F.when(op.kind == _ASSIGN, _assign(entries, op.a, op.b))
+        .when(op.kind == _TRUNCATE_FROM_END, _truncate_from_end(entries, op.a))
+        .otherwise(_truncate_from_start(entries, op.a))
+    )
+
+
+def _assign(entries: Column, epoch: Column, start: Column) -> Column:
+    """Unchanged for a negative entry (Kafka refuses it) or a later batch of the latest epoch; else the entries from
+    the end that would break the order go (maybeTruncateNonMonotonicEntries) and (epoch, start) is appended."""
+    latest = F.try_element_at(entries, F.lit(-1))
+    unchanged = (epoch < 0) | (start < 0) | (latest.isNotNull() & (latest[0] == epoch) & (start >= latest[1]))
+    # Entries are dropped from the end while epoch >= e or start >= s: the kept prefix ends at the last that passes.
+    kept = F.coalesce(
+        F.array_max(F.transform(entries, lambda x, i: F.when((x[0] < epoch) & (x[1] < start), i + 1).otherwise(0))),
+        F.lit(0),
+    )
+    appended = F.concat(F.slice(entries, F.lit(1), kept), F.array(F.array(epoch, start)))
+    return F.when(unchanged, entries).otherwise(appended)
+
+
+def _truncate_from_end(entries: Column, end_offset: Column) -> Column:
+    return F.when(end_offset < 0, entries).otherwise(F.filter(entries, lambda x: x[1] < end_offset))
+
+
+def _truncate_from_start(entries: Column, start_offset: Column) -> Column:
+    removed = F.filter(entries, lambda x: x[1] <= start_offset)
+    moved = F.array(F.array(F.try_element_at(removed, F.lit(-1))[0], start_offset))
+    kept = F.concat(moved, F.filter(entries, lambda x: x[1] > start_offset))
+    return F.when((start_offset < 0) | (F.size(removed) == 0), entries).otherwise(kept)
+
+
+# -- partitions --------------------------------------------------------------------------------------------------
+
+
+def controller_events(events: DataFrame, scope: Scope = ()) -> DataFrame:
+    """The controller-side events (metadata and controller terms) with their payload fields as columns; stamps of
+    version 1 events (no stamp) read as -1."""
+    parsed = events.where(F.col("type").isin(*CONTROLLER_TYPES)).withColumn(
+        "p", F.from_json("payload", _METADATA_FIELDS)
+    )
+    p = F.col("p")
+    return parsed.select(
+        *scope,
+        "service",
+        "emitter_id",
+        "incarnation",
+        "position",
+        "wall_ms",
+        "event_id",
+        "type",
+        "topic",
+        "partition",
+        F.coalesce(p.controller_epoch, F.lit(-1)).alias("controller_epoch"),
+        F.coalesce(p.metadata_offset, F.lit(-1).cast("long")).alias("metadata_offset"),
+        *[p.getField(name).alias(name) for name in _METADATA_FIELDS.fieldNames()[2:]],
+    )
+
+
+def metadata_order(events: DataFrame, scope: Scope = ()) -> DataFrame:
+    """The committed metadata events in `hightide.audit.rebuild.controller_order`, numbered by `metadata_order`."""
+    controller = controller_events(events, scope)
+    kind = F.col("type")
+    takeovers = (
+        controller.where((kind == ev.ControllerElected.TYPE) & (F.col("metadata_offset") >= 0))
+        .groupBy(*scope, F.col("controller_epoch").alias("t_epoch"))
+        .agg(F.min("metadata_offset").alias("t_offset"))
+    )
+    fenced = (
+        controller.where(
+            (kind == ev.ControllerDeposed.TYPE) & (F.col("reason") == "append_fenced") & (F.col("metadata_offset") >= 0)
+        )
+        .groupBy(*scope, F.col("controller_epoch").alias("f_epoch"))
+        .agg(F.max_by(F.col("metadata_offset") + 1, F.struct(*REPLICA_ORDER)).alias("f_offset"))
+    )
+    decisions = controller.where(
+        kind.isin(*METADATA_TYPES) & (F.col("controller_epoch") >= 0) & (F.col("metadata_offset") >= 0)
+    )
+    later = (F.col("t_epoch") > F.col("controller_epoch")) & _same_scope(scope, "_t_")
+    bounds = (
+        decisions.select(*scope, "event_id", "controller_epoch")
+        .join(takeovers.withColumnsRenamed({c: f"_t_{c}" for c in scope}), later)
+        .groupBy(*scope, "event_id")
+        .agg(F.min("t_offset").alias("next_takeover"))
+    )
+    fenced_own = F.col("f_epoch") == F.col("controller_epoch")
+    abandoned = (
+        decisions.join(bounds, [*scope, "event_id"], "left")
+        .join(fenced.withColumnsRenamed({c: f"_f_{c}" for c in scope}), fenced_own & _same_scope(scope, "_f_"), "left")
+        .where(F.col("metadata_offset") >= F.least("next_takeover", "f_offset"))
+        .select(*scope, "event_id", F.lit(True).alias("abandoned"))
+    )
+    emitter = Window.partitionBy(*scope, "service", "emitter_id").orderBy("position")
+    elected = kind == ev.ControllerElected.TYPE
+    termed = controller.join(abandoned, [*scope, "event_id"], "left").select(
+        "*",
+        F.sum(elected.cast("int")).over(emitter).alias("term"),
+        F.coalesce(
+            F.last(F.when(elected, F.col("controller_epoch")), ignorenulls=True).over(emitter), F.lit(NO_TERM)
+        ).alias("term_epoch"),
+    )
+    kept = termed.where(kind.isin(*METADATA_TYPES) & F.col("abandoned").isNull())
+    term = Window.partitionBy(*scope, "service", "emitter_id", "term")
+    first_by = F.struct("position")
+    ordered = kept.select(
+        "*",
+        F.min_by("wall_ms", first_by).over(term).alias("term_wall_ms"),
+        F.min_by("incarnation", first_by).over(term).alias("term_incarnation"),
+    )
+    order = Window.partitionBy(*scope).orderBy(
+        "term_epoch", "term_wall_ms", "service", "emitter_id", "term_incarnation", "position"
+    )
+    return ordered.withColumn("metadata_order", F.row_number().over(order)).drop("abandoned", "term")
+
+
+def partition_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame, DataFrame]:
+    """(one row per PartitionChanged the fold takes, in metadata order; per topic its last life and whether it
+    ended deleted)."""
+    ordered = metadata_order(events, scope).where(
+        F.col("type").isin(ev.TopicCreated.TYPE, ev.TopicDeleted.TYPE, ev.PartitionChanged.TYPE)
+    )
+    kind = F.col("type")
+    by_topic = Window.partitionBy(*scope, "topic").orderBy("metadata_order").rowsBetween(Window.unboundedPreceding, 0)
+    topic_event = F.when(kind == ev.TopicCreated.TYPE, F.lit(False)).when(kind == ev.TopicDeleted.TYPE, F.lit(True))
+    lived = ordered.select(
+        "*",
+        (F.sum((kind == ev.TopicCreated.TYPE).cast("int")).over(by_topic) - 1).alias("life"),
+        F.coalesce(F.last(topic_event, ignorenulls=True).over(by_topic), F.lit(False)).alias("topic_deleted"),
+    )
+    topics = lived.groupBy(*scope, "topic").agg(
+        F.max_by("life", "metadata_order").alias("life"), F.max_by("topic_deleted", "metadata_order").alias("deleted")
+    )
+    changes = lived.where((kind == ev.PartitionChanged.TYPE) & ~F.col("topic_deleted"))
+    in_life = (
+        Window.partitionBy(*scope, *PARTITION_KEY, "life")
+        .orderBy("metadata_order")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    taken = changes.withColumn("_held", F.max("partition_epoch").over(in_life)).where(
+        F.col("_held").isNull() | (F.col("partition_epoch") > F.col("_held"))
+    )
+    return taken.drop("_held"), topics
+
+
+# -- the state at an instant --------------------------------------------------------------------------------------
+
+
+def final_states(rebuilt: Rebuilt, scope: Scope = ()) -> tuple[DataFrame, DataFrame]:
+    """(each live replica's state after all the events, each live partition's): the last timeline rows."""
+    last_replica = Window.partitionBy(*scope, *REPLICA_KEY).orderBy(*[F.col(c).desc() for c in REPLICA_ORDER])
+    replicas = (
+        rebuilt.replicas.withColumn("_n", F.row_number().over(last_replica))
+        .where((F.col("_n") == 1) & F.col("online"))
+        .select(
+            *scope,
+            *REPLICA_KEY,
+            "log_start_offset",
+            "log_end_offset",
+            "high_watermark",
+            "epoch_entries",
+            "wall_ms",
+            "event_id",
+        )
+    )
+    last_change = Window.partitionBy(*scope, *PARTITION_KEY).orderBy(F.col("metadata_order").desc())
+    live = rebuilt.topics.where(~F.col("deleted")).select(*scope, "topic", F.col("life").alias("_life"))
+    partitions = (
+        rebuilt.partitions.join(live, [*scope, "topic"])
+        .where(F.col("life") == F.col("_life"))
+        .withColumn("_n", F.row_number().over(last_change))
+        .where(F.col("_n") == 1)
+        .select(
+            *scope,
+            *PARTITION_KEY,
+            "replicas",
+            "isr",
+            "elr",
+            "last_known_elr",
+            "leader",
+            "leader_epoch",
+            "partition_epoch",
+            "wall_ms",
+            "event_id",
+        )
+    )
+    return replicas, partitions
+
+
+def _same_scope(scope: Scope, prefix: str) -> Column:
+    """Rows of one scope: the right side's scope columns renamed with `prefix` (a join on a condition)."""
+    condition = F.lit(True)
+    for name in scope:
+        condition = condition & (F.col(name) == F.col(f"{prefix}{name}"))
+    return condition
+
+
+def ordered(lake_rows: DataFrame, scope: Scope = ()) -> DataFrame:
+    """`hightide.history.events.with_order` within each scope: duplicates dropped, `incarnation_start`,
+    `position` and `event_id` added."""
+    unique = lake_rows.dropDuplicates([*scope, "service", "emitter_id", "incarnation", "sequence"])
+    incarnation = Window.partitionBy(*scope, "service", "emitter_id", "incarnation")
+    emitter = Window.partitionBy(*scope, "service", "emitter_id").orderBy(
+        "incarnation_start", "incarnation", "sequence"
+    )
+    return (
+        unique.withColumn("incarnation_start", F.min_by("wall_ms", "sequence").over(incarnation))
+        .withColumn("position", F.row_number().over(emitter) - 1)
+        .withColumn("event_id", event_id_column())
+    )
+
+
+def state_at(lake_rows: DataFrame, at_ms: int) -> tuple[DataFrame, DataFrame]:
+    """The state the events with wall_ms <= `at_ms` leave, as `hightide.audit.rebuild.rebuild` folds exactly those
+    events (their emitter order is computed again among them): (replicas, partitions) as `final_states` gives."""
+    return final_states(rebuild_frames(ordered(lake_rows.where(F.col("wall_ms") <= at_ms))))
+
+
+def states_at(lake_rows: DataFrame, instants: Sequence[int]) -> tuple[DataFrame, DataFrame]:
+    """`state_at` for every instant at once, in one job: each row has an `instant` column (its events are folded
+    apart from the others'). The lake rows are copied once per instant they precede: for tests and small lakes."""
+    spark = lake_rows.sparkSession
+    moments = spark.createDataFrame(
+        [(instant,) for instant in instants], T.StructType([T.StructField("instant", T.LongType(), False)])
+    )
+    copies = lake_rows.join(F.broadcast(moments), F.col("wall_ms") <= F.col("instant"))
+    scope = ("instant",)
+    return final_states(rebuild_frames(ordered(copies, scope), scope), scope)

@@ -1,0 +1,204 @@
+"""`hightide history rebuild` and `hightide history snapshot`: the state at an instant, and the hourly snapshots.
+
+Room: services/history (a command's wiring: arguments, a Spark session, printing). The rules are in
+`hightide.history.rebuild` and `hightide.history.snapshot`. `add_parser(subparsers)` adds both commands to the
+`hightide history` parser; `python -m hightide.history.rebuild_cli rebuild|snapshot ...` runs them alone. Bad input
+(no lake, a timestamp that is not one) is one line on stderr and exit code 2, never a traceback.
+
+```
+hightide history rebuild --lake DIR --at TIMESTAMP [--topic T] [--format text|json] [--out DIR] [--master URL]
+hightide history snapshot --lake DIR [--master URL]
+```
+
+TIMESTAMP is ISO-8601 (a time without a zone is UTC) or milliseconds since the epoch; the instant holds the events
+with wall_ms <= it. `--out DIR` writes the full timelines up to the instant as Parquet: DIR/replicas and
+DIR/partitions (`hightide.history.rebuild.REPLICA_TIMELINE_SCHEMA`, `PARTITION_TIMELINE_SCHEMA`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from hightide.history.rebuild import timelines
+from hightide.history.snapshot import lake_files, ordered_with_starts, read_rows, rebuild_at, write_snapshots
+from hightide.lake.layout import HOUR_MS, LakeError
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad input: the message is the one line the command prints."""
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add `rebuild` and `snapshot` to a `hightide history` subparsers object."""
+    rebuild = subparsers.add_parser("rebuild", help="the cluster's state at an instant, from the lake")
+    rebuild.add_argument("--lake", required=True, type=Path, help="the event lake directory")
+    rebuild.add_argument("--at", required=True, help="ISO-8601 time or ms since the epoch")
+    rebuild.add_argument("--topic", help="only this topic")
+    rebuild.add_argument("--format", choices=("text", "json"), default="text")
+    rebuild.add_argument("--out", type=Path, help="write the full timelines up to the instant as Parquet here")
+    rebuild.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+    rebuild.add_argument("--no-snapshots", action="store_true", help="fold the whole history, ignoring snapshots")
+    rebuild.set_defaults(func=run_rebuild)
+    snapshot = subparsers.add_parser("snapshot", help="write the rebuilt state at each hour boundary into the lake")
+    snapshot.add_argument("--lake", required=True, type=Path, help="the event lake directory")
+    snapshot.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+    snapshot.set_defaults(func=run_snapshot)
+
+
+def parse_instant(text: str) -> int:
+    """Milliseconds since the epoch of an ISO-8601 time (UTC when it names no zone) or of a number of ms."""
+    if text.strip().lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(f"--at {text!r} is neither an ISO-8601 time nor milliseconds since the epoch") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def spark_session(master: str, app: str) -> SparkSession:
+    builder = SparkSession.builder.master(master).appName(app).config("spark.ui.enabled", "false")
+    builder = builder.config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false")
+    if master.startswith("local"):
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def _check_lake(lake: Path) -> None:
+    if not lake.is_dir():
+        raise UsageError(f"no lake at {lake}")
+
+
+def run_rebuild(args: argparse.Namespace) -> int:
+    at_ms = parse_instant(args.at)
+    _check_lake(args.lake)
+    spark = spark_session(args.master, "hightide-history-rebuild")
+    state = state_at(spark, args.lake, at_ms, args.topic, not args.no_snapshots)
+    if args.out is not None:
+        write_timelines(spark, args.lake, at_ms, args.out)
+    if args.format == "json":
+        print(json.dumps(state, sort_keys=True))
+    else:
+        print(render(state))
+    return EXIT_OK
+
+
+def state_at(spark: SparkSession, lake: Path, at_ms: int, topic: str | None, use_snapshots: bool) -> dict[str, Any]:
+    """The state at `at_ms` as a plain dict: partitions (each with its replicas), sorted by topic and partition."""
+    rebuilt = rebuild_at(spark, lake, at_ms, use_snapshots)
+    replicas, partitions = rebuilt.replicas, rebuilt.partitions
+    if topic is not None:
+        replicas, partitions = replicas.where(F.col("topic") == topic), partitions.where(F.col("topic") == topic)
+    held: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in partitions.collect():
+        held[(row.topic, row.partition)] = {
+            "topic": row.topic,
+            "partition": row.partition,
+            "leader": row.leader,
+            "leader_epoch": row.leader_epoch,
+            "partition_epoch": row.partition_epoch,
+            "replicas": list(row.replicas),
+            "isr": list(row.isr),
+            "elr": list(row.elr),
+            "last_known_elr": list(row.last_known_elr),
+            "replica_states": [],
+        }
+    for row in replicas.collect():
+        partition = held.setdefault(
+            (row.topic, row.partition), {"topic": row.topic, "partition": row.partition, "replica_states": []}
+        )
+        partition["replica_states"].append(
+            {
+                "replica": row.replica,
+                "log_end_offset": row.log_end_offset,
+                "high_watermark": row.high_watermark,
+                "log_start_offset": row.log_start_offset,
+                "epoch_entries": [[int(epoch), int(start)] for epoch, start in row.epoch_entries],
+            }
+        )
+    for partition in held.values():
+        partition["replica_states"].sort(key=lambda replica: replica["replica"])
+    return {
+        "at_ms": at_ms,
+        "snapshot_hour": rebuilt.snapshot_hour,
+        "note": rebuilt.note,
+        "partitions": [held[key] for key in sorted(held)],
+    }
+
+
+def render(state: dict[str, Any]) -> str:
+    at = datetime.fromtimestamp(state["at_ms"] / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    source = (
+        f"from the snapshot at hour {state['snapshot_hour']}" if state["snapshot_hour"] is not None else "full replay"
+    )
+    lines = [f"state at {at} ({state['at_ms']} ms; {source})"]
+    if state["note"]:
+        lines.append(f"note: {state['note']}")
+    if not state["partitions"]:
+        lines.append("no partition exists at that instant")
+    for partition in state["partitions"]:
+        name = f"{partition['topic']}-{partition['partition']}"
+        if "leader" in partition:
+            lines.append(
+                f"{name}  leader {partition['leader']}  leader epoch {partition['leader_epoch']}  partition epoch "
+                f"{partition['partition_epoch']}  replicas {partition['replicas']}  ISR {partition['isr']}  "
+                f"ELR {partition['elr']}  last-known ELR {partition['last_known_elr']}"
+            )
+        else:
+            lines.append(f"{name}  (no partition in the metadata: replicas left on disk)")
+        for replica in partition["replica_states"]:
+            epochs = " ".join(f"{epoch}@{start}" for epoch, start in replica["epoch_entries"]) or "-"
+            lines.append(
+                f"  replica {replica['replica']}  LEO {replica['log_end_offset']}  HW {replica['high_watermark']}  "
+                f"log start {replica['log_start_offset']}  epochs {epochs}"
+            )
+    return "\n".join(lines)
+
+
+def write_timelines(spark: SparkSession, lake: Path, at_ms: int, out: Path) -> None:
+    """The full timelines up to `at_ms` (a replay from the beginning) as Parquet: out/replicas, out/partitions."""
+    parts = [part for hour, found in lake_files(lake).items() if hour <= at_ms // HOUR_MS for part in found]
+    rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
+    replicas, partitions = timelines(ordered_with_starts(rows, None))
+    replicas.write.mode("overwrite").parquet(str(out / "replicas"))
+    partitions.write.mode("overwrite").parquet(str(out / "partitions"))
+
+
+def run_snapshot(args: argparse.Namespace) -> int:
+    _check_lake(args.lake)
+    spark = spark_session(args.master, "hightide-history-snapshot")
+    written = write_snapshots(spark, args.lake)
+    print(f"snapshots written at hours {written}" if written else "every snapshot is up to date")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hightide history")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except (UsageError, LakeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
