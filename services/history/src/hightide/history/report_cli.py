@@ -10,23 +10,17 @@ failing is one line and exit 1; never a traceback (CONTRACT.md).
 from __future__ import annotations
 
 import argparse
-import importlib
-import re
 import sys
 from pathlib import Path
 from typing import Any, Final
 
-from hightide.audit.findings import Finding
+from hightide.history.audit_cli import master_url
 from hightide.lake import LakeError, scan_lake
 
 EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 DEFAULT_MASTER: Final = "local[*]"
-EXIT_FAILED: Final = 1
-LOOPBACK: Final = "127.0.0.1"
-# The master URLs spark-submit accepts (as `hightide history audit` checks them): Spark would fail on another
-# with a Java stack trace.
-MASTER_URL: Final = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|(spark|k8s)://\S+|yarn")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -44,14 +38,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     report.set_defaults(run=run_report)
     return report
-
-
-def master_url(text: str) -> str:
-    if not MASTER_URL.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            f"not a Spark master URL: {text!r} (local[N], spark://HOST:PORT, k8s://..., yarn)"
-        )
-    return text
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -91,42 +77,15 @@ def _check_paths(lake: Path, out: Path) -> None:
 
 def _build_page(lake: Path, master: str) -> str:
     from hightide.history import report  # noqa: PLC0415 (Spark and plotly load only when a report is made)
+    from hightide.history.audit import run_audit  # noqa: PLC0415
+    from hightide.history.spark import session  # noqa: PLC0415
 
-    spark = _spark_session(master)
+    spark = session(master)  # as the audit, it keeps a session its process already has (and leaves it up)
     try:
-        findings = _audit(spark, lake)
-        data = report.report_data(spark, lake, findings)
+        data = report.report_data(spark, lake, run_audit(spark, lake))
     except report.ReportInputError as error:
         raise ReportUsageError(str(error)) from error
-    finally:
-        spark.stop()
     return report.render_report(data)
-
-
-def _audit(spark: Any, lake: Path) -> list[Finding]:
-    """The audit's findings (`hightide.history.audit.run_audit`, another part of the history service)."""
-    try:
-        audit = importlib.import_module("hightide.history.audit")
-    except ImportError as error:
-        raise ReportUsageError(f"the audit is not installed ({error}); the report needs its findings") from error
-    findings: list[Finding] = audit.run_audit(spark, lake)
-    return findings
-
-
-def _spark_session(master: str) -> Any:
-    from pyspark.sql import SparkSession  # noqa: PLC0415 (as above)
-
-    builder: Any = SparkSession.builder.master(master).appName("hightide-history-report")
-    if master.startswith("local"):  # the executors are on this machine: the driver listens on the loopback only
-        builder = builder.config("spark.driver.bindAddress", LOOPBACK).config("spark.driver.host", LOOPBACK)
-    spark = (
-        builder.config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def _one_line(error: BaseException) -> str:
