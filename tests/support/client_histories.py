@@ -91,11 +91,23 @@ class Story:
         )
         return self.at(wall_ms, self.consumer(consumer_id), event)
 
-    def sent(self, wall_ms: int, value: str, outcome: str = "ok", offset: int = -1, error: str = "NONE") -> Envelope:
+    def invoked(self, wall_ms: int, value: str, producer_id: int = 5) -> Envelope:
+        event = events.SendInvoked(topic=self.name, partition=0, key=None, value=value)
+        return self.at(wall_ms, self.producer(producer_id), event)
+
+    def sent(
+        self,
+        wall_ms: int,
+        value: str,
+        outcome: str = "ok",
+        offset: int = -1,
+        error: str = "NONE",
+        producer_id: int = 5,
+    ) -> Envelope:
         event = events.SendCompleted(
             topic=self.name, partition=0, value=value, outcome=outcome, offset=offset, error=error
         )
-        return self.at(wall_ms, self.producer(), event)
+        return self.at(wall_ms, self.producer(producer_id), event)
 
     def answered(self, wall_ms: int, acks: int, base: int, last: int, hw: int, epoch: int = 0) -> Envelope:
         event = events.ProduceCompleted(
@@ -233,6 +245,29 @@ def clean_across_a_topic_life() -> Story:
     return story
 
 
+def two_producers_count_alike() -> Story:
+    """Two verifiable producers both send the values 0 and 1: producer 5's are refused (NOT_ENOUGH_REPLICAS, a
+    definite failure), producer 6's are acknowledged at offsets 0 and 1 and read there; then producer 5, run again,
+    sends 0 once more and it lands at offset 2. The values do not name one record each, so neither the read of a
+    failed value nor a value at two offsets is a finding (the e2e test of paused followers does exactly this)."""
+    story = Story("twins")
+    story.leads(1)
+    for value in ("0", "1"):
+        story.invoked(2, value, producer_id=5)
+        story.sent(3, value, outcome="failed", error="NOT_ENOUGH_REPLICAS", producer_id=5)
+    story.answered(4, acks=-1, base=0, last=1, hw=2)
+    story.high_watermark(4, 0, 2)
+    for offset, value in enumerate(("0", "1")):
+        story.invoked(5, value, producer_id=6)
+        story.sent(6, value, offset=offset, producer_id=6)
+    story.consumed(7, (0, "0"), (1, "1"))
+    story.answered(8, acks=-1, base=2, last=2, hw=3)
+    story.high_watermark(8, 2, 3)
+    story.invoked(9, "0", producer_id=5)
+    story.sent(10, "0", offset=2, producer_id=5)
+    return story
+
+
 STORIES = (
     read_above_high_watermark,
     reads_out_of_order,
@@ -246,4 +281,4 @@ STORIES = (
 def all_stories() -> list[Envelope]:
     """Every story above, clean one included, as one history."""
     envelopes = [e for story in STORIES for e in story()[0].envelopes]
-    return envelopes + clean_across_a_topic_life().envelopes
+    return envelopes + clean_across_a_topic_life().envelopes + two_producers_count_alike().envelopes

@@ -108,3 +108,15 @@ def test_each_story_breaks_only_its_own_client_invariant_among_those_it_can() ->
     ]:
         violations = [f for f in audit(name, together) if f.is_violation]
         assert violations == [f for f in audit(name, story()[0].envelopes) if f.is_violation], name
+
+
+def test_values_two_producers_both_sent_name_no_one_record_so_they_are_neither_failed_reads_nor_duplicates() -> None:
+    # given two verifiable producers counting 0, 1, ...: one's 0 and 1 refused, the other's acknowledged and read,
+    # then the first's 0 again at offset 2
+    twins = stories.two_producers_count_alike().envelopes
+    # then no check mistakes one producer's record for the other's
+    for name in CHECKS:
+        assert audit(name, twins) == [], name
+    # while one producer alone sending a failed value that is read is still found
+    story, _ = stories.failed_then_read()
+    assert audit("definite_failure_invisible", story.envelopes) != []

@@ -69,6 +69,17 @@ def observations(history: History, lives: Lives) -> Iterator[Observation]:
                 yield Observation(life, offset, value, History.id(envelope), envelope.wall_ms)
 
 
+def shared_values(history: History, lives: Lives) -> set[tuple[Life, str]]:
+    """The values of a partition life that more than one producer incarnation sent (SendInvoked). A value names a
+    record only when one producer sent it: two verifiable producers both count 0, 1, 2, ..., and one's read or
+    acknowledged `3` says nothing of the other's failed `3`. D5 and D8 leave such values out (D4 compares offsets,
+    not senders, and keeps them)."""
+    senders: dict[tuple[Life, str], set[object]] = defaultdict(set)
+    for envelope, event in history.of_type(events.SendInvoked):
+        senders[(lives.of(event.topic, event.partition, envelope.wall_ms), event.value)].add(envelope.emitter)
+    return {key for key, emitters in senders.items() if len(emitters) > 1}
+
+
 # LeaderElected's elections after which Kafka no longer promises the committed records (reliability.md §8 X1),
 # as the loss cause each names, in the order a finding takes them.
 LOSSY_ELECTIONS: Final = {"unclean": "unclean_election", "last_known_leader": "last_known_leader_election"}
@@ -249,8 +260,9 @@ def definite_failure_invisible(history: History) -> Iterator[Finding]:
     """D8 NoAbortedRead (reliability.md §8; Jepsen's G1a, aborted read): a value whose SendCompleted outcome is
     `failed` (a definite error: the client was told it was never appended) is never read by a consumer and never
     acknowledged, in that partition's life. One finding per failed send that was seen, naming every ok
-    SendCompleted and RecordsConsumed that shows its value."""
+    SendCompleted and RecordsConsumed that shows its value (values more than one producer sent: `shared_values`)."""
     lives = Lives(history)
+    shared = shared_values(history, lives)
     seen: dict[tuple[Life, str], list[Observation]] = defaultdict(list)
     for observation in observations(history, lives):
         seen[(observation.life, observation.value)].append(observation)
@@ -259,7 +271,7 @@ def definite_failure_invisible(history: History) -> Iterator[Finding]:
             continue
         life = lives.of(event.topic, event.partition, envelope.wall_ms)
         shown = seen.get((life, event.value), [])
-        if not shown:
+        if not shown or (life, event.value) in shared:
             continue
         first, last = min(o.offset for o in shown), max(o.offset for o in shown)
         yield finding(
@@ -352,15 +364,17 @@ def no_duplicates(history: History) -> Iterator[Finding]:
     """D5 NoDuplicates (reliability.md §8; Jepsen's :duplicate, Kafka's idempotent producer, KIP-98): a value is
     acknowledged (ok SendCompleted) or read (RecordsConsumed) at one offset of its partition life only. One finding
     per value observed at more than one offset, naming the offsets' range and every observing event; seen after an
-    unclean or last-known-leader election, it is attributed to that election (`LossyElections`)."""
+    unclean or last-known-leader election, it is attributed to that election (`LossyElections`). Values more than
+    one producer sent are left out (`shared_values`)."""
     lives = Lives(history)
     elections = LossyElections(history, lives)
+    shared = shared_values(history, lives)
     by_value: dict[tuple[Life, str], list[Observation]] = defaultdict(list)
     for observation in observations(history, lives):
         by_value[(observation.life, observation.value)].append(observation)
     for (life, value), seen in sorted(by_value.items()):
         offsets = {o.offset for o in seen}
-        if len(offsets) < 2:
+        if len(offsets) < 2 or (life, value) in shared:
             continue
         cause = elections.cause(life, max(o.wall_ms for o in seen))
         topic, partition, _ = life

@@ -67,6 +67,15 @@ def observations(lived: DataFrame) -> DataFrame:
     return acknowledged.unionByName(read)
 
 
+def shared_values(lived: DataFrame) -> DataFrame:
+    """(topic, partition, life, value) sent by more than one producer incarnation: see
+    `hightide.audit.checks.clients.shared_values`."""
+    invoked = typed(lived, events.SendInvoked)
+    sender = F.concat_ws(":", "service", F.col("emitter_id").cast("string"), "incarnation")
+    counted = invoked.groupBy(*LIFE, "value").agg(F.countDistinct(sender).alias("senders"))
+    return counted.where(F.col("senders") > 1).select(*LIFE, "value")
+
+
 def lossy_elections(lived: DataFrame) -> DataFrame:
     """(topic, partition, life, unclean_at, last_known_leader_at): when each partition life first had such an
     election: see `hightide.audit.checks.clients.LossyElections`."""
@@ -200,7 +209,8 @@ def definite_failure_invisible(events_frame: DataFrame) -> DataFrame:
     lived = with_lives(events_frame)
     sent = typed(lived, events.SendCompleted).where(F.col("outcome") == "failed")
     failed = sent.select(*LIFE, "value", "error", F.col("event_id").alias("failed_id"))
-    shown = failed.join(observations(lived), [*LIFE, "value"])
+    unshared = failed.join(shared_values(lived), [*LIFE, "value"], "left_anti")
+    shown = unshared.join(observations(lived), [*LIFE, "value"])
     grouped = shown.groupBy("failed_id", "topic", "partition", "value", "error").agg(
         F.min("offset").alias("first"), F.max("offset").alias("last"), F.collect_set("event_id").alias("ids")
     )
@@ -301,7 +311,8 @@ def no_duplicates(events_frame: DataFrame) -> DataFrame:
             F.max("wall_ms").alias("seen_ms"),
         )
     )
-    duplicated = grouped.where(F.size("offsets") >= 2).join(lossy_elections(lived), [*LIFE], "left")
+    several = grouped.where(F.size("offsets") >= 2).join(shared_values(lived), [*LIFE, "value"], "left_anti")
+    duplicated = several.join(lossy_elections(lived), [*LIFE], "left")
     count: Column = F.size("offsets")
     plain = F.format_string("value %s was observed at %d different offsets", F.col("value"), count)
     cause = election_cause(F.col("seen_ms"))
