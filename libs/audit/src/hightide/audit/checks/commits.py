@@ -40,6 +40,7 @@ are compared across lives); the log start after an ordinary truncation is not lo
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
@@ -543,7 +544,11 @@ def checks(min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS) -> dict[str, Ch
     """The checks, for histories whose topics do not set min.insync.replicas and ran with this broker default."""
 
     def bound(check: Callable[[History, int], Iterable[Finding]]) -> CheckFunction:
-        return lambda history: check(history, min_insync_replicas)
+        @functools.wraps(check)
+        def run(history: History) -> Iterable[Finding]:
+            return check(history, min_insync_replicas)
+
+        return run
 
     return {
         "committed_prefixes_agree": bound(committed_prefixes_agree),

@@ -2,14 +2,13 @@
 
 Room: libs/audit (pure). `GROUPS` names the modules of `hightide.audit.checks` (one per group of invariants); the
 Spark registry (`hightide.history.checks.registry`) lists the same groups and must give the same names, which a
-test asserts. A group whose module is not there is skipped (`present_groups` says which are), so a branch that has
-only some groups still audits with those; `missing_groups` names the rest.
+test asserts. Every group must be there: an audit that silently ran fewer checks would call a history clean that is
+not.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from collections.abc import Callable, Iterable
 from typing import Final
 
@@ -22,20 +21,12 @@ GROUPS: Final = ("sequences", "metadata", "high_watermark", "commits", "clients"
 
 
 def all_checks() -> dict[str, Check]:
-    """Every present group's checks, in `GROUPS` order then each group's own; a name in two groups is an error."""
+    """Every group's checks, in `GROUPS` order then each group's own; a name in two groups is an error."""
     checks: dict[str, Check] = {}
-    for group in present_groups():
+    for group in GROUPS:
         module = importlib.import_module(f"{PACKAGE}.{group}")
         group_checks: dict[str, Check] = module.CHECKS
         clashing = sorted(set(checks) & set(group_checks))
         assert not clashing, f"check names in two groups: {clashing}"
         checks.update(group_checks)
     return checks
-
-
-def present_groups() -> tuple[str, ...]:
-    return tuple(group for group in GROUPS if importlib.util.find_spec(f"{PACKAGE}.{group}") is not None)
-
-
-def missing_groups() -> tuple[str, ...]:
-    return tuple(group for group in GROUPS if group not in present_groups())

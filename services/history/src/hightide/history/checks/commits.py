@@ -9,6 +9,7 @@ No Python UDFs.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Final
@@ -471,7 +472,11 @@ def checks(min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS) -> dict[str, Sp
     """The checks, for histories whose topics do not set min.insync.replicas and ran with this broker default."""
 
     def bound(check: Callable[[DataFrame, int], DataFrame]) -> SparkCheck:
-        return lambda lake: check(lake, min_insync_replicas)
+        @functools.wraps(check)
+        def run(lake: DataFrame) -> DataFrame:
+            return check(lake, min_insync_replicas)
+
+        return run
 
     return {
         "committed_prefixes_agree": bound(committed_prefixes_agree),
