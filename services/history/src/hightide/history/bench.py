@@ -1,0 +1,148 @@
+"""The history benchmark: how fast the Spark jobs fold generated histories of growing size (printed, never asserted).
+
+Room: services/history. `python -m hightide.history.bench [--sizes 1000000,4000000,10000000] [--master local[2]]`
+generates each history straight into a lake (`hightide.history.generate`), then times, after Spark's start-up
+(reported apart): the rebuild (both timelines, computed whole), the audit (`hightide.history.audit.run_audit`, when
+that module exists), the snapshot job, and `rebuild --at` the last instant from the latest snapshot. It prints
+events per second, per core, and each size's cost per event against the first size's (1.0 is linear growth).
+Goal: >= 200,000 events/s per core, linear growth, `rebuild --at` from a snapshot under 10 s at any size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from pyspark.sql import DataFrame, SparkSession
+
+from hightide.history.events import read_lake
+from hightide.history.generate import generate_lake
+from hightide.history.rebuild import timelines
+from hightide.history.rebuild_cli import spark_session
+from hightide.history.snapshot import lake_files, rebuild_at, write_snapshots
+
+DEFAULT_SIZES: Final = (1_000_000, 4_000_000, 10_000_000)
+EVENTS_PER_HOUR: Final = 250_000
+GOAL_EVENTS_PER_S_PER_CORE: Final = 200_000
+GOAL_AT_FROM_SNAPSHOT_S: Final = 10.0
+
+
+def _timed(work: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    work()
+    return time.perf_counter() - started
+
+
+def _compute(frame: DataFrame) -> None:
+    """Compute every row of a frame without collecting it (Spark's no-op sink)."""
+    frame.write.format("noop").mode("overwrite").save()
+
+
+def _cores(spark: SparkSession) -> int:
+    return max(int(spark.sparkContext.defaultParallelism), 1)
+
+
+def bench_size(spark: SparkSession, lake: Path, events: int) -> dict[str, Any]:
+    shutil.rmtree(lake, ignore_errors=True)
+    started = time.perf_counter()
+    written = generate_lake(lake, events, events_per_hour=EVENTS_PER_HOUR)
+    figures: dict[str, Any] = {"events": written, "generate_s": time.perf_counter() - started}
+
+    def rebuild() -> None:
+        replicas, partitions = timelines(read_lake(spark, lake))
+        _compute(replicas)
+        _compute(partitions)
+
+    figures["rebuild_s"] = _timed(rebuild)
+    audit = _audit_runner()
+    figures["audit_s"] = _timed(lambda: audit(spark, lake)) if audit is not None else None
+    figures["snapshot_s"] = _timed(lambda: write_snapshots(spark, lake))
+    by_hour = lake_files(lake)
+    last_ms = (max(by_hour) + 1) * 3_600_000 - 1
+
+    def at_from_snapshot() -> None:
+        state = rebuild_at(spark, lake, last_ms)
+        figures["at_snapshot_hour"] = state.snapshot_hour
+        state.replicas.collect()
+        state.partitions.collect()
+
+    figures["at_from_snapshot_s"] = _timed(at_from_snapshot)
+    return figures
+
+
+def _audit_runner() -> Callable[[SparkSession, Path], object] | None:
+    try:
+        module = importlib.import_module("hightide.history.audit")
+    except ImportError:
+        return None
+    runner = getattr(module, "run_audit", None)
+    return runner if callable(runner) else None
+
+
+def report(startup_s: float, cores: int, results: Sequence[dict[str, Any]]) -> str:
+    lines = [
+        f"history bench: Spark start-up {startup_s:.1f} s (apart from the figures below), {cores} cores",
+        f"goal: >= {GOAL_EVENTS_PER_S_PER_CORE:,} events/s per core, linear growth, "
+        f"rebuild --at from a snapshot < {GOAL_AT_FROM_SNAPSHOT_S:.0f} s",
+    ]
+    first: dict[str, float] = {}
+    for figures in results:
+        events = figures["events"]
+        lines.append(f"{events:,} events (generated in {figures['generate_s']:.1f} s)")
+        for job in ("rebuild", "audit", "snapshot"):
+            seconds = figures[f"{job}_s"]
+            if seconds is None:
+                lines.append(f"  {job:<9} not run (hightide.history.audit.run_audit is not there yet)")
+                continue
+            per_event = seconds / events
+            ratio = per_event / first.setdefault(job, per_event)
+            lines.append(
+                f"  {job:<9} {seconds:7.1f} s  {events / seconds:>10,.0f} events/s  "
+                f"{events / seconds / cores:>10,.0f} per core  cost per event x{ratio:.2f} of the first size"
+            )
+        lines.append(
+            f"  rebuild --at the last instant from the snapshot at hour {figures.get('at_snapshot_hour')}: "
+            f"{figures['at_from_snapshot_s']:.1f} s"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hightide.history.bench")
+    parser.add_argument("--sizes", default=",".join(str(size) for size in DEFAULT_SIZES))
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--workdir", type=Path, help="where the lakes go (default: a temporary directory)")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    args = parser.parse_args(argv)
+    try:
+        sizes = [int(size) for size in args.sizes.split(",") if size]
+    except ValueError:
+        print(f"error: --sizes {args.sizes!r} is not a comma-separated list of event counts", file=sys.stderr)
+        return 2
+    if not sizes or min(sizes) <= 0:
+        print("error: --sizes needs positive event counts", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    spark = spark_session(args.master, "hightide-history-bench")
+    spark.range(1).collect()
+    startup_s = time.perf_counter() - started
+    with tempfile.TemporaryDirectory(prefix="hightide-history-bench-") as scratch:
+        workdir = args.workdir or Path(scratch)
+        results = [bench_size(spark, workdir / f"lake-{size}", size) for size in sizes]
+    if args.format == "json":
+        print(json.dumps({"startup_s": startup_s, "cores": _cores(spark), "sizes": results}))
+    else:
+        print(report(startup_s, _cores(spark), results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
