@@ -15,14 +15,16 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
 from hightide.audit.rebuild import ClusterState, rebuild
 from hightide.history.generate import generate_lake
-from hightide.history.rebuild_cli import main
+from hightide.history.rebuild_cli import main, parse_instant
 from hightide.history.snapshot import (
     REPLICAS_SCHEMA,
     SNAPSHOTS_DIR,
@@ -62,7 +64,7 @@ def _replicas(state: ClusterState) -> dict[tuple[str, int, int], tuple[int, int,
     }
 
 
-def _rows(rows: list) -> dict[tuple[str, int, int], tuple[int, int, int, tuple[tuple[int, int], ...]]]:  # type: ignore[type-arg]
+def _rows(rows: Sequence[Any]) -> dict[tuple[str, int, int], tuple[int, int, int, tuple[tuple[int, int], ...]]]:
     return {
         (r.topic, r.partition, r.replica): (
             r.log_end_offset,
@@ -192,3 +194,9 @@ def test_bad_input_is_one_line_and_exit_2(arguments: list[str], says: str) -> No
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"error: {done.stderr.strip().removeprefix('error: ')}"]
     assert says in done.stderr
+
+
+def test_an_instant_is_iso_8601_or_milliseconds() -> None:
+    assert parse_instant("2023-11-14T22:00:00Z") == 1_700_000_000_000 - 1_700_000_000_000 % HOUR_MS
+    assert parse_instant("2023-11-14T22:00:00") == parse_instant("2023-11-14T23:00:00+01:00")
+    assert parse_instant("1700000000123") == 1_700_000_000_123
