@@ -55,6 +55,7 @@ def bench_size(spark: SparkSession, lake: Path, events: int) -> dict[str, Any]:
     started = time.perf_counter()
     written = generate_lake(lake, events, events_per_hour=EVENTS_PER_HOUR)
     figures: dict[str, Any] = {"events": written, "generate_s": time.perf_counter() - started}
+    _progress(f"{written:,} events generated in {figures['generate_s']:.1f} s")
 
     def rebuild() -> None:
         replicas, partitions = timelines(read_lake(spark, lake))
@@ -62,9 +63,12 @@ def bench_size(spark: SparkSession, lake: Path, events: int) -> dict[str, Any]:
         _compute(partitions)
 
     figures["rebuild_s"] = _timed(rebuild)
+    _progress(f"rebuild {figures['rebuild_s']:.1f} s")
     audit = _audit_runner()
     figures["audit_s"] = _timed(lambda: audit(spark, lake)) if audit is not None else None
+    _progress(f"audit {figures['audit_s']} s")
     figures["snapshot_s"] = _timed(lambda: write_snapshots(spark, lake))
+    _progress(f"snapshots {figures['snapshot_s']:.1f} s")
     by_hour = lake_files(lake)
     last_ms = (max(by_hour) + 1) * 3_600_000 - 1
 
@@ -78,6 +82,10 @@ def bench_size(spark: SparkSession, lake: Path, events: int) -> dict[str, Any]:
     return figures
 
 
+def _progress(text: str) -> None:
+    print(f"  ... {text}", file=sys.stderr, flush=True)
+
+
 def _audit_runner() -> Callable[[SparkSession, Path], object] | None:
     try:
         module = importlib.import_module("hightide.history.audit")
@@ -87,32 +95,34 @@ def _audit_runner() -> Callable[[SparkSession, Path], object] | None:
     return runner if callable(runner) else None
 
 
-def report(startup_s: float, cores: int, results: Sequence[dict[str, Any]]) -> str:
-    lines = [
+def header(startup_s: float, cores: int) -> list[str]:
+    return [
         f"history bench: Spark start-up {startup_s:.1f} s (apart from the figures below), {cores} cores",
         f"goal: >= {GOAL_EVENTS_PER_S_PER_CORE:,} events/s per core, linear growth, "
         f"rebuild --at from a snapshot < {GOAL_AT_FROM_SNAPSHOT_S:.0f} s",
     ]
-    first: dict[str, float] = {}
-    for figures in results:
-        events = figures["events"]
-        lines.append(f"{events:,} events (generated in {figures['generate_s']:.1f} s)")
-        for job in ("rebuild", "audit", "snapshot"):
-            seconds = figures[f"{job}_s"]
-            if seconds is None:
-                lines.append(f"  {job:<9} not run (hightide.history.audit.run_audit is not there yet)")
-                continue
-            per_event = seconds / events
-            ratio = per_event / first.setdefault(job, per_event)
-            lines.append(
-                f"  {job:<9} {seconds:7.1f} s  {events / seconds:>10,.0f} events/s  "
-                f"{events / seconds / cores:>10,.0f} per core  cost per event x{ratio:.2f} of the first size"
-            )
+
+
+def size_lines(figures: dict[str, Any], cores: int, first: dict[str, float]) -> list[str]:
+    """One size's figures; `first` holds each job's cost per event at the first size (filled on the first call)."""
+    events = figures["events"]
+    lines = [f"{events:,} events (generated in {figures['generate_s']:.1f} s)"]
+    for job in ("rebuild", "audit", "snapshot"):
+        seconds = figures[f"{job}_s"]
+        if seconds is None:
+            lines.append(f"  {job:<9} not run (hightide.history.audit.run_audit is not there yet)")
+            continue
+        per_event = seconds / events
+        ratio = per_event / first.setdefault(job, per_event)
         lines.append(
-            f"  rebuild --at the last instant from the snapshot at hour {figures.get('at_snapshot_hour')}: "
-            f"{figures['at_from_snapshot_s']:.1f} s"
+            f"  {job:<9} {seconds:7.1f} s  {events / seconds:>10,.0f} events/s  "
+            f"{events / seconds / cores:>10,.0f} per core  cost per event x{ratio:.2f} of the first size"
         )
-    return "\n".join(lines)
+    lines.append(
+        f"  rebuild --at the last instant from the snapshot at hour {figures.get('at_snapshot_hour')}: "
+        f"{figures['at_from_snapshot_s']:.1f} s"
+    )
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,11 +146,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     startup_s = time.perf_counter() - started
     with tempfile.TemporaryDirectory(prefix="hightide-history-bench-") as scratch:
         workdir = args.workdir or Path(scratch)
-        results = [bench_size(spark, workdir / f"lake-{size}", size) for size in sizes]
-    if args.format == "json":
-        print(json.dumps({"startup_s": startup_s, "cores": _cores(spark), "sizes": results}))
-    else:
-        print(report(startup_s, _cores(spark), results))
+        results: list[dict[str, Any]] = []
+        first: dict[str, float] = {}
+        if args.format == "text":
+            print("\n".join(header(startup_s, _cores(spark))), flush=True)
+        for size in sizes:
+            results.append(bench_size(spark, workdir / f"lake-{size}", size))
+            if args.format == "text":  # each size as soon as it is measured: the large ones take minutes
+                print("\n".join(size_lines(results[-1], _cores(spark), first)), flush=True)
+        if args.format == "json":
+            print(json.dumps({"startup_s": startup_s, "cores": _cores(spark), "sizes": results}))
     return 0
 
 
