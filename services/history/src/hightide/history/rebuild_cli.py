@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -50,11 +50,24 @@ def add_parser(subparsers: Any) -> None:
     rebuild.add_argument("--out", type=Path, help="write the full timelines up to the instant as Parquet here")
     rebuild.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
     rebuild.add_argument("--no-snapshots", action="store_true", help="fold the whole history, ignoring snapshots")
-    rebuild.set_defaults(func=run_rebuild)
+    rebuild.set_defaults(func=_guarded(run_rebuild))
     snapshot = subparsers.add_parser("snapshot", help="write the rebuilt state at each hour boundary into the lake")
     snapshot.add_argument("--lake", required=True, type=Path, help="the event lake directory")
     snapshot.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
-    snapshot.set_defaults(func=run_snapshot)
+    snapshot.set_defaults(func=_guarded(run_snapshot))
+
+
+def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """The command, with bad input (UsageError, LakeError) as one line on stderr and exit code 2, whoever calls it."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (UsageError, LakeError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return EXIT_USAGE
+
+    return run
 
 
 def parse_instant(text: str) -> int:
@@ -192,11 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hightide history")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    try:
-        code: int = args.func(args)
-    except (UsageError, LakeError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+    code: int = args.func(args)
     return code
 
 
