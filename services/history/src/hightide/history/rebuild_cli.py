@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -188,9 +189,11 @@ def write_timelines(spark: SparkSession, lake: Path, at_ms: int, out: Path) -> N
     """The full timelines up to `at_ms` (a replay from the beginning) as Parquet: out/replicas, out/partitions."""
     parts = [part for hour, found in lake_files(lake).items() if hour <= at_ms // HOUR_MS for part in found]
     rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
-    replicas, partitions = timelines(ordered_with_starts(rows, None))
+    events = ordered_with_starts(rows, None).persist(StorageLevel.MEMORY_AND_DISK)  # read and ordered once
+    replicas, partitions = timelines(events)
     replicas.write.mode("overwrite").parquet(str(out / "replicas"))
     partitions.write.mode("overwrite").parquet(str(out / "partitions"))
+    events.unpersist()
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
