@@ -6,6 +6,9 @@ generates each history straight into a lake (`hightide.history.generate`), then 
 that module exists), the snapshot job, and `rebuild --at` the last instant from the latest snapshot. It prints
 events per second, per core, and each size's cost per event against the first size's (1.0 is linear growth).
 Goal: >= 200,000 events/s per core, linear growth, `rebuild --at` from a snapshot under 10 s at any size.
+Measured at local[2] on a quiet machine (2026-11-24): 1M events generated in 6 s, rebuild 42 s (11,800 events/s per
+core), snapshots 38 s, rebuild --at from a snapshot 4.8 s; 4M: the rebuild ran out of the default 1 GB driver heap
+(local mode), so the goal is far off and the growth is not yet linear.
 """
 
 from __future__ import annotations
