@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.types import StructType
 
 from hightide.audit.rebuild import ClusterState, rebuild
@@ -164,7 +164,7 @@ def test_timelines_have_their_columns_and_end_in_the_final_state(spark: SparkSes
         events.ReplicaOffline,
     )
     assert len(rows) == sum(isinstance(e.event, changes) for e in history)
-    last: dict[tuple[str, int, int], tuple[int, str]] = {}
+    last: dict[tuple[str, int, int], tuple[int, Row]] = {}
     position = {
         f"{e.emitter.service}:{e.emitter.emitter_id}:{e.emitter.incarnation}:{e.sequence}": i
         for i, e in enumerate(history)
@@ -174,15 +174,15 @@ def test_timelines_have_their_columns_and_end_in_the_final_state(spark: SparkSes
         if key not in last or position[row.event_id] > last[key][0]:
             last[key] = (position[row.event_id], row)
     final = rebuild(history)
-    live = {key: row for key, (_, row) in last.items() if row.online}
+    live = {key: held for key, (_, held) in last.items() if held.online}
     assert set(live) == set(final.replicas)
-    for key, row in live.items():
+    for key, held in live.items():
         state = final.replicas[key]
-        assert (row.log_end_offset, row.high_watermark, row.log_start_offset) == (
+        assert (held.log_end_offset, held.high_watermark, held.log_start_offset) == (
             state.log_end_offset,
             state.high_watermark,
             state.log_start_offset,
         )
-        assert tuple((int(a), int(b)) for a, b in row.epoch_entries) == state.epoch_entries
+        assert tuple((int(a), int(b)) for a, b in held.epoch_entries) == state.epoch_entries
     committed = [e for e in history if isinstance(e.event, events.PartitionChanged)]
     assert 0 < partition_timeline.count() <= len(committed)

@@ -251,12 +251,14 @@ def _with_epochs(rows: DataFrame, scope: Scope) -> DataFrame:
     running = group.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     initial = F.coalesce(F.first(F.when(resets, p.leader_epochs)).over(running), F.array().cast(EPOCHS_TYPE))
     folded = F.aggregate(F.collect_list("_op").over(running), initial, _epoch_step)
-    touching = marked.where("_touches").withColumn("_epochs", folded)
-    others = marked.where(~F.col("_touches")).withColumn("_epochs", F.lit(None).cast(EPOCHS_TYPE))
+    # The events that touch the cache are few (epoch changes, truncations, openings): their fold is broadcast back
+    # to every row by the row's place, so the many others are neither copied nor sorted again.
+    keys = [*scope, *REPLICA_KEY, *REPLICA_ORDER]
+    touching = marked.where("_touches").withColumn("_epochs", folded).select(*keys, "_epochs")
     by_replica = Window.partitionBy(*scope, *REPLICA_KEY).orderBy(*REPLICA_ORDER)
     carried = F.last("_epochs", ignorenulls=True).over(by_replica.rowsBetween(Window.unboundedPreceding, 0))
     return (
-        touching.unionByName(others)
+        marked.join(F.broadcast(touching), keys, "left")
         .withColumn("epoch_entries", carried)
         .withColumn("online", ~F.col("gone"))
         .drop("_op", "_touches", "_epochs", "p")

@@ -20,11 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -50,11 +51,24 @@ def add_parser(subparsers: Any) -> None:
     rebuild.add_argument("--out", type=Path, help="write the full timelines up to the instant as Parquet here")
     rebuild.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
     rebuild.add_argument("--no-snapshots", action="store_true", help="fold the whole history, ignoring snapshots")
-    rebuild.set_defaults(func=run_rebuild)
+    rebuild.set_defaults(func=_guarded(run_rebuild))
     snapshot = subparsers.add_parser("snapshot", help="write the rebuilt state at each hour boundary into the lake")
     snapshot.add_argument("--lake", required=True, type=Path, help="the event lake directory")
     snapshot.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
-    snapshot.set_defaults(func=run_snapshot)
+    snapshot.set_defaults(func=_guarded(run_snapshot))
+
+
+def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """The command, with bad input (UsageError, LakeError) as one line on stderr and exit code 2, whoever calls it."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (UsageError, LakeError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return EXIT_USAGE
+
+    return run
 
 
 def parse_instant(text: str) -> int:
@@ -175,9 +189,11 @@ def write_timelines(spark: SparkSession, lake: Path, at_ms: int, out: Path) -> N
     """The full timelines up to `at_ms` (a replay from the beginning) as Parquet: out/replicas, out/partitions."""
     parts = [part for hour, found in lake_files(lake).items() if hour <= at_ms // HOUR_MS for part in found]
     rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
-    replicas, partitions = timelines(ordered_with_starts(rows, None))
+    events = ordered_with_starts(rows, None).persist(StorageLevel.MEMORY_AND_DISK)  # read and ordered once
+    replicas, partitions = timelines(events)
     replicas.write.mode("overwrite").parquet(str(out / "replicas"))
     partitions.write.mode("overwrite").parquet(str(out / "partitions"))
+    events.unpersist()
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
@@ -192,11 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hightide history")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    try:
-        code: int = args.func(args)
-    except (UsageError, LakeError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+    code: int = args.func(args)
     return code
 
 
