@@ -66,9 +66,10 @@ test: install java lint system-deps  ## every test tier present (what CI runs)
 test-fast: install system-deps  ## the tests without the linters
 	$(RUN) pytest tests -x -q
 
-bench: install  ## benchmarks, printed (never asserted): storage, codec and simulator figures with their goals
+bench: install  ## benchmarks, printed (never asserted): storage, codec, simulator and Spark history figures with their goals
 	$(RUN) hightide bench --workload all
 	PYTHONPATH=tests $(RUN) python -m simulation.bench
+	$(RUN) python -m hightide.history.bench
 
 SEEDS ?= 1000
 simulate: install  ## the deterministic simulation over SEEDS seeds (HIGHTIDE_SEED=n replays one)

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
-SUBCOMMANDS: Final = ("hightide.history.audit_cli", "hightide.history.report_cli")
+SUBCOMMANDS: Final = ("hightide.history.audit_cli", "hightide.history.rebuild_cli", "hightide.history.report_cli")
 
 
 class _WithCommonOptions:

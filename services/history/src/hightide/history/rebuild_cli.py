@@ -23,15 +23,13 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark import StorageLevel
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-
-from hightide.history.rebuild import timelines
-from hightide.history.snapshot import lake_files, ordered_with_starts, read_rows, rebuild_at, write_snapshots
+from hightide.history.audit_cli import master_url
 from hightide.lake.layout import HOUR_MS, LakeError
+
+if TYPE_CHECKING:  # Spark loads only when a command runs: every `hightide` call builds this parser
+    from pyspark.sql import SparkSession
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -49,13 +47,13 @@ def add_parser(subparsers: Any) -> None:
     rebuild.add_argument("--topic", help="only this topic")
     rebuild.add_argument("--format", choices=("text", "json"), default="text")
     rebuild.add_argument("--out", type=Path, help="write the full timelines up to the instant as Parquet here")
-    rebuild.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+    rebuild.add_argument("--master", type=master_url, default="local[*]", help="Spark master URL (default local[*])")
     rebuild.add_argument("--no-snapshots", action="store_true", help="fold the whole history, ignoring snapshots")
-    rebuild.set_defaults(func=_guarded(run_rebuild))
+    rebuild.set_defaults(run=_guarded(run_rebuild))
     snapshot = subparsers.add_parser("snapshot", help="write the rebuilt state at each hour boundary into the lake")
     snapshot.add_argument("--lake", required=True, type=Path, help="the event lake directory")
-    snapshot.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
-    snapshot.set_defaults(func=_guarded(run_snapshot))
+    snapshot.add_argument("--master", type=master_url, default="local[*]", help="Spark master URL (default local[*])")
+    snapshot.set_defaults(run=_guarded(run_snapshot))
 
 
 def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -85,13 +83,9 @@ def parse_instant(text: str) -> int:
 
 
 def spark_session(master: str, app: str) -> SparkSession:
-    builder = SparkSession.builder.master(master).appName(app).config("spark.ui.enabled", "false")
-    builder = builder.config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false")
-    if master.startswith("local"):
-        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    from hightide.history.spark import session  # noqa: PLC0415 (Spark only when a command runs)
+
+    return session(master, app)
 
 
 def _check_lake(lake: Path) -> None:
@@ -115,6 +109,10 @@ def run_rebuild(args: argparse.Namespace) -> int:
 
 def state_at(spark: SparkSession, lake: Path, at_ms: int, topic: str | None, use_snapshots: bool) -> dict[str, Any]:
     """The state at `at_ms` as a plain dict: partitions (each with its replicas), sorted by topic and partition."""
+    from pyspark.sql import functions as F  # noqa: PLC0415 (as above)
+
+    from hightide.history.snapshot import rebuild_at  # noqa: PLC0415
+
     rebuilt = rebuild_at(spark, lake, at_ms, use_snapshots)
     replicas, partitions = rebuilt.replicas, rebuilt.partitions
     if topic is not None:
@@ -187,6 +185,12 @@ def render(state: dict[str, Any]) -> str:
 
 def write_timelines(spark: SparkSession, lake: Path, at_ms: int, out: Path) -> None:
     """The full timelines up to `at_ms` (a replay from the beginning) as Parquet: out/replicas, out/partitions."""
+    from pyspark import StorageLevel  # noqa: PLC0415 (as above)
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    from hightide.history.rebuild import timelines  # noqa: PLC0415
+    from hightide.history.snapshot import lake_files, ordered_with_starts, read_rows  # noqa: PLC0415
+
     parts = [part for hour, found in lake_files(lake).items() if hour <= at_ms // HOUR_MS for part in found]
     rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
     events = ordered_with_starts(rows, None).persist(StorageLevel.MEMORY_AND_DISK)  # read and ordered once
@@ -198,6 +202,8 @@ def write_timelines(spark: SparkSession, lake: Path, at_ms: int, out: Path) -> N
 
 def run_snapshot(args: argparse.Namespace) -> int:
     _check_lake(args.lake)
+    from hightide.history.snapshot import write_snapshots  # noqa: PLC0415 (as above)
+
     spark = spark_session(args.master, "hightide-history-snapshot")
     written = write_snapshots(spark, args.lake)
     print(f"snapshots written at hours {written}" if written else "every snapshot is up to date")
@@ -208,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hightide history")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    code: int = args.func(args)
+    code: int = args.run(args)
     return code
 
 

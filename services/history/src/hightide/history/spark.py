@@ -21,6 +21,9 @@ DEFAULT_MASTER: Final = "local[*]"
 APP_NAME: Final = "hightide-history"
 SHUFFLE_PARTITIONS: Final = 8
 LOG_LEVEL: Final = "ERROR"
+# The driver JVM's heap when this process starts it (spark-submit says its own): with local masters the executors
+# live in it too, and Spark's 1g default ran out of memory rebuilding 4M events.
+DRIVER_MEMORY: Final = "4g"
 LOOPBACK: Final = "127.0.0.1"
 LOG4J2_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
 
@@ -34,7 +37,7 @@ def session(master: str | None = None, app_name: str = APP_NAME) -> SparkSession
     if not submitted:
         # The executors' Python, should any Python run there (none does: the jobs have no Python UDFs); under
         # spark-submit that is the submitter's to say.
-        builder = builder.config("spark.pyspark.python", sys.executable)
+        builder = builder.config("spark.pyspark.python", sys.executable).config("spark.driver.memory", DRIVER_MEMORY)
         # The driver's own JVM: quiet from its first line (setLogLevel below only applies once it is up).
         builder = builder.config(
             "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"
