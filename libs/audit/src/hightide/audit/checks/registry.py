@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import Any, Final
 
 from hightide.audit.findings import Finding
 from hightide.audit.history import History
@@ -22,10 +22,15 @@ GROUPS: Final = ("sequences", "metadata", "high_watermark", "commits", "clients"
 
 def all_checks() -> dict[str, Check]:
     """Every group's checks, in `GROUPS` order then each group's own; a name in two groups is an error."""
-    checks: dict[str, Check] = {}
+    return gather(PACKAGE)
+
+
+def gather(package: str) -> dict[str, Any]:
+    """The `CHECKS` of `package.<group>` for every group of `GROUPS`, put together (the Spark registry gathers its
+    own package the same way)."""
+    checks: dict[str, Any] = {}
     for group in GROUPS:
-        module = importlib.import_module(f"{PACKAGE}.{group}")
-        group_checks: dict[str, Check] = module.CHECKS
+        group_checks: dict[str, Any] = importlib.import_module(f"{package}.{group}").CHECKS
         clashing = sorted(set(checks) & set(group_checks))
         assert not clashing, f"check names in two groups: {clashing}"
         checks.update(group_checks)
