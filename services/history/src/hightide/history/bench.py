@@ -2,19 +2,19 @@
 
 Room: services/history. `python -m hightide.history.bench [--sizes 1000000,4000000,10000000] [--master local[2]]`
 generates each history straight into a lake (`hightide.history.generate`), then times, after Spark's start-up
-(reported apart): the rebuild (both timelines, computed whole), the audit (`hightide.history.audit.run_audit`, when
-that module exists), the snapshot job, and `rebuild --at` the last instant from the latest snapshot. It prints
-events per second, per core, and each size's cost per event against the first size's (1.0 is linear growth).
+(reported apart): the rebuild (both timelines, computed whole), the audit (`hightide.history.audit.run_audit`), the
+snapshot job, and `rebuild --at` the last instant from the latest snapshot. It prints events per second, per core,
+and each size's cost per event against the first size's (1.0 is linear growth).
 Goal: >= 200,000 events/s per core, linear growth, `rebuild --at` from a snapshot under 10 s at any size.
-Measured at local[2] on a quiet machine (2026-11-24): 1M events generated in 6 s, rebuild 42 s (11,800 events/s per
-core), snapshots 38 s, rebuild --at from a snapshot 4.8 s; 4M: the rebuild ran out of the default 1 GB driver heap
-(local mode), so the goal is far off and the growth is not yet linear.
+Measured at local[2] (2026-11-24): 1M events generated in 6-10 s, rebuild 42 s quiet / 65 s loaded (7,700-11,800
+events/s per core), audit 418 s loaded (1,200 events/s per core), snapshots 38-54 s, rebuild --at from a snapshot
+4.8-7.1 s; 4M ran out of the then 1 GB driver heap (now 4g). The goal is far off: 17x for the rebuild, ~170x for
+the audit.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import shutil
 import sys
@@ -27,6 +27,7 @@ from typing import Any, Final
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
+from hightide.history.audit import run_audit
 from hightide.history.events import read_lake
 from hightide.history.generate import generate_lake
 from hightide.history.rebuild import timelines
@@ -71,9 +72,8 @@ def bench_size(spark: SparkSession, lake: Path, events: int) -> dict[str, Any]:
 
     figures["rebuild_s"] = _timed(rebuild)
     _progress(f"rebuild {figures['rebuild_s']:.1f} s")
-    audit = _audit_runner()
-    figures["audit_s"] = _timed(lambda: audit(spark, lake)) if audit is not None else None
-    _progress(f"audit {figures['audit_s']} s")
+    figures["audit_s"] = _timed(lambda: run_audit(spark, lake))
+    _progress(f"audit {figures['audit_s']:.1f} s")
     figures["snapshot_s"] = _timed(lambda: write_snapshots(spark, lake))
     _progress(f"snapshots {figures['snapshot_s']:.1f} s")
     by_hour = lake_files(lake)
@@ -93,15 +93,6 @@ def _progress(text: str) -> None:
     print(f"  ... {text}", file=sys.stderr, flush=True)
 
 
-def _audit_runner() -> Callable[[SparkSession, Path], object] | None:
-    try:
-        module = importlib.import_module("hightide.history.audit")
-    except ImportError:
-        return None
-    runner = getattr(module, "run_audit", None)
-    return runner if callable(runner) else None
-
-
 def header(startup_s: float, cores: int) -> list[str]:
     return [
         f"history bench: Spark start-up {startup_s:.1f} s (apart from the figures below), {cores} cores",
@@ -116,9 +107,6 @@ def size_lines(figures: dict[str, Any], cores: int, first: dict[str, float]) -> 
     lines = [f"{events:,} events (generated in {figures['generate_s']:.1f} s)"]
     for job in ("rebuild", "audit", "snapshot"):
         seconds = figures[f"{job}_s"]
-        if seconds is None:
-            lines.append(f"  {job:<9} not run (hightide.history.audit.run_audit is not there yet)")
-            continue
         per_event = seconds / events
         ratio = per_event / first.setdefault(job, per_event)
         lines.append(
