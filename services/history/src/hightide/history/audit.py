@@ -7,6 +7,7 @@ each footer), so a stray file is a one-line `NotOurFile`, not a Spark stack trac
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -14,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from hightide.audit.findings import Finding
 from hightide.history.checks.registry import all_checks
 from hightide.history.events import read_lake
-from hightide.history.findings import FINDINGS_SCHEMA, collect_findings, finding_columns
+from hightide.history.findings import FINDINGS_SCHEMA, collect_findings
 from hightide.lake import LakeError, count_events
 
 
@@ -43,9 +44,4 @@ def check_lake(lake: Path) -> int:
 def audit_frame(events: DataFrame) -> DataFrame:
     """The union of every check's findings over `read_lake`'s DataFrame (cache it first: each check reads it)."""
     frames = [check(events).select(*FINDINGS_SCHEMA.fieldNames()) for check in all_checks().values()]
-    if not frames:
-        return events.limit(0).select(*finding_columns("none"))
-    union = frames[0]
-    for frame in frames[1:]:
-        union = union.unionByName(frame)
-    return union
+    return functools.reduce(DataFrame.unionByName, frames)
