@@ -25,6 +25,7 @@ from hightide.core.assignors._group import (
 )
 from hightide.core.assignors._range import assign_range
 from hightide.core.assignors._roundrobin import assign_roundrobin
+from hightide.core.assignors._sticky import assign_sticky
 
 __all__ = [
     "DEFAULT_GENERATION",
@@ -54,10 +55,13 @@ def assign(
     if strategy not in STRATEGIES:
         raise AssignorInputError(f"unknown assignment strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     group = Group.of(partitions_per_topic, subscriptions)
+    if not subscriptions:
+        return Assignment({})
+    transferring: dict[TopicPartition, str] = {}
     if strategy == "range":
         raw = assign_range(group)
     elif strategy == "roundrobin":
         raw = assign_roundrobin(group)
     else:
-        raise AssignorInputError(f"assignment strategy {strategy!r} is not available yet")
-    return Assignment({member_id: raw[member_id] for member_id in subscriptions})
+        raw, transferring = assign_sticky(group, cooperative=strategy == "cooperative-sticky")
+    return Assignment({member_id: raw[member_id] for member_id in subscriptions}, transferring)
