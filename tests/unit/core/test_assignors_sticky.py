@@ -52,9 +52,10 @@ def _owned(topics: list[str], owned: list[TopicPartition], generation: int = GEN
     return Subscription(topics, owned, generation)
 
 
-pytestmark = pytest.mark.parametrize("strategy", STICKY_STRATEGIES)
+both_sticky_strategies = pytest.mark.parametrize("strategy", STICKY_STRATEGIES)
 
 
+@both_sticky_strategies
 def test_one_consumer_no_topic(strategy: str) -> None:
     """AbstractStickyAssignorTest.testOneConsumerNoTopic."""
     result, final = _run(strategy, {}, {"consumer": Subscription([])})
@@ -62,18 +63,21 @@ def test_one_consumer_no_topic(strategy: str) -> None:
     assert result.transferring == {}
 
 
+@both_sticky_strategies
 def test_one_consumer_nonexistent_topic(strategy: str) -> None:
     """AbstractStickyAssignorTest.testOneConsumerNonexistentTopic."""
     _, final = _run(strategy, {T: 0}, {"consumer": Subscription([T])})
     assert final == {"consumer": []}
 
 
+@both_sticky_strategies
 def test_one_consumer_one_topic(strategy: str) -> None:
     """AbstractStickyAssignorTest.testOneConsumerOneTopic."""
     _, final = _run(strategy, {T: 3}, {"consumer": Subscription([T])})
     assert final == {"consumer": [(T, 0), (T, 1), (T, 2)]}
 
 
+@both_sticky_strategies
 def test_only_assigns_partitions_from_subscribed_topics(strategy: str) -> None:
     """AbstractStickyAssignorTest.testOnlyAssignsPartitionsFromSubscribedTopics: owned partitions of others drop."""
     owned = [(T, 0), (T, 1), ("other", 0), ("other", 1)]
@@ -82,12 +86,14 @@ def test_only_assigns_partitions_from_subscribed_topics(strategy: str) -> None:
     assert result.transferring == {}
 
 
+@both_sticky_strategies
 def test_one_consumer_multiple_topics(strategy: str) -> None:
     """AbstractStickyAssignorTest.testOneConsumerMultipleTopics."""
     _, final = _run(strategy, {T1: 1, T2: 2}, {"consumer": Subscription([T1, T2])})
     assert final == {"consumer": [(T1, 0), (T2, 0), (T2, 1)]}
 
 
+@both_sticky_strategies
 def test_two_consumers_one_topic_one_partition(strategy: str) -> None:
     """AbstractStickyAssignorTest.testTwoConsumersOneTopicOnePartition."""
     result, final = _run(strategy, {T: 1}, {C1: Subscription([T]), C2: Subscription([T])})
@@ -95,12 +101,14 @@ def test_two_consumers_one_topic_one_partition(strategy: str) -> None:
     assert result.transferring == {}
 
 
+@both_sticky_strategies
 def test_two_consumers_one_topic_two_partitions(strategy: str) -> None:
     """AbstractStickyAssignorTest.testTwoConsumersOneTopicTwoPartitions."""
     _, final = _run(strategy, {T: 2}, {C1: Subscription([T]), C2: Subscription([T])})
     assert final == {C1: [(T, 0)], C2: [(T, 1)]}
 
 
+@both_sticky_strategies
 def test_multiple_consumers_mixed_topic_subscriptions(strategy: str) -> None:
     """AbstractStickyAssignorTest.testMultipleConsumersMixedTopicSubscriptions (the general algorithm)."""
     subscriptions = {C1: Subscription([T1]), C2: Subscription([T1, T2]), C3: Subscription([T1])}
@@ -108,12 +116,14 @@ def test_multiple_consumers_mixed_topic_subscriptions(strategy: str) -> None:
     assert final == {C1: [(T1, 0), (T1, 2)], C2: [(T2, 0), (T2, 1)], C3: [(T1, 1)]}
 
 
+@both_sticky_strategies
 def test_two_consumers_two_topics_six_partitions(strategy: str) -> None:
     """AbstractStickyAssignorTest.testTwoConsumersTwoTopicsSixPartitions."""
     _, final = _run(strategy, {T1: 3, T2: 3}, {C1: Subscription([T1, T2]), C2: Subscription([T1, T2])})
     assert final == {C1: [(T1, 0), (T1, 2), (T2, 1)], C2: [(T1, 1), (T2, 0), (T2, 2)]}
 
 
+@both_sticky_strategies
 def test_consumer_owning_min_quota_expected_max_quota(strategy: str) -> None:
     """AbstractStickyAssignorTest.testConsumerOwningMinQuotaExpectedMaxQuota."""
     subscriptions = {C1: _owned([T1, T2], [(T1, 0), (T2, 1)]), C2: _owned([T1, T2], [(T1, 1), (T2, 2)])}
@@ -122,6 +132,7 @@ def test_consumer_owning_min_quota_expected_max_quota(strategy: str) -> None:
     assert result.transferring == {}
 
 
+@both_sticky_strategies
 def test_max_quota_consumer_more_than_num_expected_max_capacity_members(strategy: str) -> None:
     """AbstractStickyAssignorTest.testMaxQuotaConsumerMoreThanNumExpectedMaxCapacityMembers."""
     subscriptions = {
@@ -134,6 +145,7 @@ def test_max_quota_consumer_more_than_num_expected_max_capacity_members(strategy
     assert final == {C1: [(T1, 0)], C2: [(T1, 1), (T2, 1)], C3: [(T2, 0)]}
 
 
+@both_sticky_strategies
 def test_all_consumers_are_under_min_quota(strategy: str) -> None:
     """AbstractStickyAssignorTest.testAllConsumersAreUnderMinQuota."""
     subscriptions = {C1: _owned([T1, T2], [(T1, 0)]), C2: _owned([T1, T2], [(T1, 1)]), C3: _owned([T1, T2], [])}
@@ -142,6 +154,7 @@ def test_all_consumers_are_under_min_quota(strategy: str) -> None:
     assert final == {C1: [(T1, 0), (T2, 1)], C2: [(T1, 1), (T2, 2)], C3: [(T2, 0)]}
 
 
+@both_sticky_strategies
 def test_add_remove_consumer_one_topic(strategy: str) -> None:
     """AbstractStickyAssignorTest.testAddRemoveConsumerOneTopic."""
     _, final = _run(strategy, {T: 3}, {C1: Subscription([T])})
@@ -157,6 +170,7 @@ def test_add_remove_consumer_one_topic(strategy: str) -> None:
     assert result.transferring == {}
 
 
+@both_sticky_strategies
 def test_topic_balance_after_reassignment(strategy: str) -> None:
     """AbstractStickyAssignorTest.testTopicBalanceAfterReassignment: every member gets an equal share of each topic."""
     topics = [T1, T2]
@@ -184,6 +198,7 @@ def test_topic_balance_after_reassignment(strategy: str) -> None:
     assert result.transferring == {}
 
 
+@both_sticky_strategies
 def test_add_remove_two_consumers_two_topics(strategy: str) -> None:
     """AbstractStickyAssignorTest.testAddRemoveTwoConsumersTwoTopics: Kafka's exact lists, in Kafka's order."""
     topics = [T1, T2]
@@ -212,6 +227,7 @@ def test_add_remove_two_consumers_two_topics(strategy: str) -> None:
     assert result.transferring == {}
 
 
+@both_sticky_strategies
 def test_poor_round_robin_assignment_scenario(strategy: str) -> None:
     """AbstractStickyAssignorTest.testPoorRoundRobinAssignmentScenario: where roundrobin leaves consumer3 empty."""
     counts = {f"topic{i}": i % 2 + 1 for i in range(1, 6)}
@@ -228,6 +244,7 @@ def test_poor_round_robin_assignment_scenario(strategy: str) -> None:
     assert assign("roundrobin", counts, subscriptions).partitions[C3] == []
 
 
+@both_sticky_strategies
 def test_add_remove_topic_two_consumers(strategy: str) -> None:
     """AbstractStickyAssignorTest.testAddRemoveTopicTwoConsumers: a new topic adds, a removed one takes away."""
     counts = {T: 3}
@@ -255,6 +272,7 @@ def _name(prefix: str, i: int, max_num: int) -> str:
     return f"{prefix}{i:0{len(str(max_num))}d}"
 
 
+@both_sticky_strategies
 def test_reassignment_after_one_consumer_leaves(strategy: str) -> None:
     """AbstractStickyAssignorTest.testReassignmentAfterOneConsumerLeaves (19 topics, consumer i on topics 1..i)."""
     counts = {_name("t", i, 20): i for i in range(1, 20)}
@@ -267,6 +285,7 @@ def test_reassignment_after_one_consumer_leaves(strategy: str) -> None:
     _run(strategy, counts, subscriptions)
 
 
+@both_sticky_strategies
 def test_reassignment_after_one_consumer_added(strategy: str) -> None:
     """AbstractStickyAssignorTest.testReassignmentAfterOneConsumerAdded."""
     subscriptions = {_name("c", i, 10): Subscription(["topic"]) for i in range(1, 10)}
@@ -277,6 +296,7 @@ def test_reassignment_after_one_consumer_added(strategy: str) -> None:
     assert result.transferring == {}
 
 
+@both_sticky_strategies
 def test_same_subscriptions(strategy: str) -> None:
     """AbstractStickyAssignorTest.testSameSubscriptions."""
     counts = {_name("t", i, 15): i for i in range(1, 15)}
@@ -290,6 +310,7 @@ def test_same_subscriptions(strategy: str) -> None:
     assert result.transferring == {}
 
 
+@both_sticky_strategies
 @pytest.mark.parametrize("generations", [(1, 2, 3), (1, 3, 2), (2, 1, 3), (2, 3, 1), (3, 1, 2), (3, 2, 1)])
 def test_subscription_not_equal_and_assign_same_partition_with_3_generation(
     strategy: str, generations: tuple[int, int, int]
@@ -308,6 +329,7 @@ def test_subscription_not_equal_and_assign_same_partition_with_3_generation(
     assert all(1 <= len(p) <= 2 for p in partitions.values())
 
 
+@both_sticky_strategies
 def test_new_subscription(strategy: str) -> None:
     """AbstractStickyAssignorTest.testNewSubscription: consumer0 starts subscribing to a topic."""
     counts = {_name("t", i, 5): 1 for i in range(1, 5)}
@@ -318,6 +340,7 @@ def test_new_subscription(strategy: str) -> None:
     _run(strategy, counts, subscriptions)
 
 
+@both_sticky_strategies
 def test_move_existing_assignments(strategy: str) -> None:
     """AbstractStickyAssignorTest.testMoveExistingAssignments."""
     counts = {f"topic{i}": 1 for i in range(1, 7)}
@@ -329,6 +352,7 @@ def test_move_existing_assignments(strategy: str) -> None:
     _run(strategy, counts, subscriptions)
 
 
+@both_sticky_strategies
 def test_stickiness(strategy: str) -> None:
     """AbstractStickyAssignorTest.testStickiness: when the group leader leaves, the others keep their partition."""
     subscriptions = {c: Subscription([T1]) for c in (C1, C2, C3, C4)}
@@ -344,6 +368,7 @@ def test_stickiness(strategy: str) -> None:
         assert set(first[member]) <= set(partitions), f"{member} lost the partition it had"
 
 
+@both_sticky_strategies
 def test_assignment_updated_for_deleted_topic(strategy: str) -> None:
     """AbstractStickyAssignorTest.testAssignmentUpdatedForDeletedTopic."""
     result, final = _run(strategy, {T1: 1, T3: 100}, {"consumer": Subscription([T1, T2, T3])})
@@ -351,6 +376,7 @@ def test_assignment_updated_for_deleted_topic(strategy: str) -> None:
     assert len(final["consumer"]) == 101
 
 
+@both_sticky_strategies
 def test_no_exception_thrown_when_only_subscribed_topic_deleted(strategy: str) -> None:
     """AbstractStickyAssignorTest.testNoExceptionThrownWhenOnlySubscribedTopicDeleted."""
     _, final = _run(strategy, {T: 3}, {"consumer": Subscription([T])})
@@ -359,6 +385,7 @@ def test_no_exception_thrown_when_only_subscribed_topic_deleted(strategy: str) -
     assert result.transferring == {}
 
 
+@both_sticky_strategies
 def test_all_consumers_reach_expected_quota_and_are_considered_filled(strategy: str) -> None:
     """AbstractStickyAssignorTest.testAllConsumersReachExpectedQuotaAndAreConsideredFilled."""
     subscriptions = {C1: _owned([T], [(T, 0), (T, 1)]), C2: _owned([T], [(T, 2)]), C3: _owned([T], [])}
@@ -367,6 +394,7 @@ def test_all_consumers_reach_expected_quota_and_are_considered_filled(strategy: 
     assert result.transferring == {}
 
 
+@both_sticky_strategies
 @pytest.mark.parametrize("stale_generation", [9, -1], ids=["stale", "none"])
 def test_owned_partitions_are_invalidated_for_consumer_with_stale_or_no_generation(
     strategy: str, stale_generation: int
@@ -380,6 +408,7 @@ def test_owned_partitions_are_invalidated_for_consumer_with_stale_or_no_generati
     assert result.transferring == {}
 
 
+@both_sticky_strategies
 def test_partitions_transferring_ownership_include_the_partition_claimed_by_multiple_consumers_in_same_generation(
     strategy: str,
 ) -> None:
@@ -390,6 +419,7 @@ def test_partitions_transferring_ownership_include_the_partition_claimed_by_mult
     assert final == {C1: [(T, 1)], C2: [(T, 2)], C3: [(T, 0)]}
 
 
+@both_sticky_strategies
 def test_ensure_partitions_assigned_to_highest_generation(strategy: str) -> None:
     """AbstractStickyAssignorTest.testEnsurePartitionsAssignedToHighestGeneration."""
     topics = [T, T2, T3]
@@ -405,6 +435,7 @@ def test_ensure_partitions_assigned_to_highest_generation(strategy: str) -> None
     assert result.transferring == {}
 
 
+@both_sticky_strategies
 def test_no_reassignment_on_current_members(strategy: str) -> None:
     """AbstractStickyAssignorTest.testNoReassignmentOnCurrentMembers."""
     topics = [T, T2, T3, T1]
@@ -419,6 +450,7 @@ def test_no_reassignment_on_current_members(strategy: str) -> None:
     assert result.transferring == {}
 
 
+@both_sticky_strategies
 def test_owned_partitions_are_invalidated_for_consumer_with_multiple_generation(strategy: str) -> None:
     """AbstractStickyAssignorTest.testOwnedPartitionsAreInvalidatedForConsumerWithMultipleGeneration."""
     subscriptions = {
@@ -431,6 +463,7 @@ def test_owned_partitions_are_invalidated_for_consumer_with_multiple_generation(
     assert result.transferring == {}
 
 
+@both_sticky_strategies
 def test_seed_walkthrough_a_member_leaves_and_comes_back(strategy: str) -> None:
     """The seeds' sticky example: C1, C2, C3 share P0-P9; C3 goes and its partitions alone move; C3 returns.
 
@@ -454,3 +487,95 @@ def test_seed_walkthrough_a_member_leaves_and_comes_back(strategy: str) -> None:
     _, third = _run(strategy, counts, back)
     assert sorted(len(p) for p in third.values()) == [3, 3, 4]
     assert set(third["C1"]) <= set(second["C1"]) and set(third["C2"]) <= set(second["C2"])
+
+
+# StickyAssignorTest's own cases: the eager `sticky` strategy only.
+
+
+@pytest.mark.parametrize(
+    ("partition_count", "consumer1_final"), [(3, [(T, 1)]), (4, [(T, 1), (T, 3)])], ids=["equal", "unequal"]
+)
+def test_sticky_all_consumers_have_owned_partition_invalidated_when_claimed_by_multiple_consumers_in_same_generation(
+    partition_count: int,
+    consumer1_final: list[TopicPartition],
+) -> None:
+    """StickyAssignorTest.testAllConsumersHaveOwnedPartitionInvalidatedWhenClaimedByMultiple...PerConsumer.
+
+    Eager: the doubly claimed topic-0 goes straight to consumer3 (cooperative-sticky withholds it; see that file).
+    """
+    subscriptions = {C1: _owned([T], [(T, 0), (T, 1)]), C2: _owned([T], [(T, 0), (T, 2)]), C3: _owned([T], [])}
+    _, final = _run("sticky", {T: partition_count}, subscriptions)
+    assert final == {C1: consumer1_final, C2: [(T, 2)], C3: [(T, 0)]}
+    assert is_fully_balanced(final)
+
+
+@pytest.mark.parametrize("all_subscriptions_equal", [True, False], ids=["equal", "unequal"])
+def test_sticky_assignment_with_multiple_generations_1(all_subscriptions_equal: bool) -> None:
+    """StickyAssignorTest.testAssignmentWithMultipleGenerations1: a returning member's older claim loses to newer."""
+    all_topics = [T, T2]
+    c2_topics = all_topics if all_subscriptions_equal else [T]
+    counts = {T: 6, T2: 6}
+    _, r1 = _run(
+        "sticky", counts, {C1: Subscription(all_topics), C2: Subscription(c2_topics), C3: Subscription(all_topics)}
+    )
+    assert [len(r1[c]) for c in (C1, C2, C3)] == [4, 4, 4]
+
+    _, r2 = _run("sticky", counts, {C1: _owned(all_topics, r1[C1]), C2: _owned(c2_topics, r1[C2])})
+    assert [len(r2[C1]), len(r2[C2])] == [6, 6]
+    if all_subscriptions_equal:  # only the constrained algorithm promises this one
+        assert set(r1[C1]) <= set(r2[C1])
+    assert set(r1[C2]) <= set(r2[C2])
+    assert set(r2[C2]) & set(r1[C3])
+
+    _, r3 = _run("sticky", counts, {C2: _owned(c2_topics, r2[C2], 2), C3: _owned(all_topics, r1[C3], 1)})
+    assert [len(r3[C2]), len(r3[C3])] == [6, 6]
+    assert not set(r3[C2]) & set(r3[C3])
+    assert is_fully_balanced(r3)
+
+
+@pytest.mark.parametrize("all_subscriptions_equal", [True, False], ids=["equal", "unequal"])
+def test_sticky_assignment_with_multiple_generations_2(all_subscriptions_equal: bool) -> None:
+    """StickyAssignorTest.testAssignmentWithMultipleGenerations2."""
+    all_topics = [T, T2, T3]
+    c1_topics = all_topics if all_subscriptions_equal else [T]
+    c3_topics = all_topics if all_subscriptions_equal else [T, T2]
+    counts = {T: 4, T2: 4, T3: 4}
+    _, r1 = _run(
+        "sticky", counts, {C1: Subscription(c1_topics), C2: Subscription(all_topics), C3: Subscription(c3_topics)}
+    )
+    assert [len(r1[c]) for c in (C1, C2, C3)] == [4, 4, 4]
+
+    _, r2 = _run("sticky", counts, {C2: _owned(all_topics, r1[C2], 1)})
+    assert len(r2[C2]) == 12 and set(r1[C2]) <= set(r2[C2])
+
+    subscriptions = {
+        C1: _owned(c1_topics, r1[C1], 1),
+        C2: _owned(all_topics, r2[C2], 2),
+        C3: _owned(c3_topics, r1[C3], 1),
+    }
+    _, r3 = _run("sticky", counts, subscriptions)
+    assert [len(r3[c]) for c in (C1, C2, C3)] == [4, 4, 4]
+    assert is_fully_balanced(r3)
+
+
+@pytest.mark.parametrize("all_subscriptions_equal", [True, False], ids=["equal", "unequal"])
+def test_sticky_assignment_with_conflicting_previous_generations(all_subscriptions_equal: bool) -> None:
+    """StickyAssignorTest.testAssignmentWithConflictingPreviousGenerations: generation 2 claims win over 1."""
+    all_topics = [T, T2, T3]
+    c1_topics = all_topics if all_subscriptions_equal else [T]
+    c2_topics = all_topics if all_subscriptions_equal else [T, T2]
+    c1_claims = (
+        [(T, 0), (T, 1), (T, 2), (T2, 2), (T2, 3), (T3, 0)] if all_subscriptions_equal else [(T, p) for p in range(4)]
+    )
+    c2_claims = [(T, 0), (T, 1), (T2, 0), (T2, 1), (T2, 2), (T2, 3)]
+    c3_claims = [(T, 2), (T, 3), (T3, 0), (T3, 1), (T3, 2), (T3, 3)]
+    subscriptions = {
+        C1: _owned(c1_topics, c1_claims, 1),
+        C2: _owned(c2_topics, c2_claims, 2),
+        C3: _owned(all_topics, c3_claims, 2),
+    }
+    _, final = _run("sticky", {T: 4, T2: 4, T3: 4}, subscriptions)
+    assert [len(final[c]) for c in (C1, C2, C3)] == [4, 4, 4]
+    assert set(final[C2]) <= set(c2_claims)
+    assert set(final[C3]) <= set(c3_claims)
+    assert is_fully_balanced(final)

@@ -84,9 +84,10 @@ class Group:
     `subscriptions` is filled in the caller's member order, as the leader fills its map from the JoinGroup
     response's member list. `partitions_per_topic` holds only subscribed topics with at least one partition,
     filled from the `HashSet` of all subscribed topics, as `AbstractPartitionAssignor.assign(Cluster, ...)`
-    does. Each member's topics lose duplicates (Kafka's consumer sends a set) and its owned partitions lose
-    duplicates and partitions that do not exist (Kafka would count a duplicate claim as a conflict with itself,
-    and a partition past the topic's count breaks its merge of sorted partition lists).
+    does. Each member's topics lose duplicates (Kafka's consumer sends a set); its owned partitions lose
+    duplicates (Kafka would count a duplicate as a conflicting claim with itself) and partitions that do not
+    exist (one past the topic's count breaks Kafka's merge of sorted partition lists); a negative generation
+    becomes -1, as Kafka's `Subscription` turns it into "no generation".
     """
 
     subscriptions: JavaHashMap[str, Subscription]
@@ -112,10 +113,8 @@ class Group:
         cleaned: JavaHashMap[str, Subscription] = JavaHashMap(java_string_hash)
         for member_id, subscription in members.items():
             owned = [tp for tp in dict.fromkeys(subscription.owned_partitions) if 0 <= tp[1] < (counts.get(tp[0]) or 0)]
+            generation = max(subscription.generation, DEFAULT_GENERATION)  # Kafka: negative is no generation
             cleaned.put(
-                member_id,
-                Subscription(
-                    _dedupe(subscription.topics), owned, subscription.generation, subscription.group_instance_id
-                ),
+                member_id, Subscription(_dedupe(subscription.topics), owned, generation, subscription.group_instance_id)
             )
         return cls(cleaned, counts)
