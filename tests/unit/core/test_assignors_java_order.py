@@ -63,7 +63,7 @@ def test_topic_partitions_iterate_as_a_java_hash_set_of_topic_partition() -> Non
         "topic:0,topic:2,t1:6,topic:1,t1:5,orders:0,topic:4,t1:4,orders:1,topic:3,t1:3,orders:2,topic:6,t1:2,"
         "orders:3,topic:5,t1:1,orders:4,t1:0,orders:5,orders:6"
     )
-    assert [f"{t}:{p}" for t, p in tps.keys()] == java.split(",")
+    assert [f"{t}:{p}" for t, p in tps] == java.split(",")
     assert tps.first() == ("topic", 0)
 
 
