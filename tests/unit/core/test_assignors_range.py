@@ -203,3 +203,8 @@ def test_a_member_without_a_subscription_is_refused() -> None:
 def test_an_empty_group_gets_an_empty_assignment() -> None:
     for strategy in ("range", "roundrobin", "sticky", "cooperative-sticky"):
         assert assign(strategy, {T1: 3}, {}) == Assignment({})
+
+
+def test_an_owned_partition_that_is_not_a_pair_is_refused() -> None:
+    with pytest.raises(AssignorInputError, match=r"owned partitions must be \(topic, partition\) pairs"):
+        Subscription([T1], owned_partitions=[(T1, "zero")])
