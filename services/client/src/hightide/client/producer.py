@@ -421,8 +421,8 @@ class Producer:
         due = partitioner.switch_due(info, size, enable_switch)
         if due:  # else (the common case) the draw and the partitions go unused: neither is worked out
             self._refresh_load_stats(topic, partitioner, partitions)
-        available = _available(partitions) if due else ()
-        partitioner.update_partition_info(info, size, self._draw(), available, len(partitions), enable_switch)
+        draw, available = (self._draw(), _available(partitions)) if due else (0, [])
+        partitioner.update_partition_info(info, size, draw, available, len(partitions), enable_switch)
 
     def _draw(self) -> int:
         return self._random.getrandbits(31)  # Kafka's Utils.toPositive(ThreadLocalRandom.current().nextInt())
