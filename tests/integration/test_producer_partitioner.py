@@ -141,6 +141,23 @@ async def send_slowly(producer: Producer, count: int, key: bytes | None = None) 
     return futures
 
 
+async def stall_orders_0(cluster: ScriptedCluster, producer: Producer) -> list[RecordFuture]:
+    """Keyless records until broker 1 holds a full window of orders-0's batches and more of its records wait in
+    the producer, and every partition has had a record (Kafka weighs partitions only once each has a queue)."""
+    futures: list[RecordFuture] = []
+
+    def stalled() -> bool:
+        window_full = len(cluster.held) >= producer.config.max_in_flight_requests_per_connection
+        in_flight = sum(records for _, _, records in cluster.held)
+        queued = sum(1 for f in futures if f.partition == 0) - in_flight
+        return window_full and queued > 0 and {f.partition for f in futures} == set(range(PARTITIONS))
+
+    while not stalled():
+        futures += await send_slowly(producer, 1)
+        assert len(futures) < 10 * RECORDS, "orders-0 never stalled"
+    return futures
+
+
 def shares(futures: list[RecordFuture]) -> dict[int, float]:
     counts = Counter(future.partition for future in futures)
     return {p: counts[p] / len(futures) for p in range(PARTITIONS)}
@@ -190,10 +207,7 @@ def test_a_partition_whose_leader_takes_nothing_gets_no_new_records_after_the_av
     async def test(cluster: ScriptedCluster, producer: Producer) -> None:
         # Given broker 1 (leader of orders-0) holding every produce: once five are in flight, orders-0 takes nothing
         cluster.held_brokers.add(1)
-        futures: list[RecordFuture] = []
-        while len(cluster.held) < producer.config.max_in_flight_requests_per_connection:
-            futures += await send_slowly(producer, 1)
-            assert len(futures) < 10 * RECORDS, "orders-0 never got five batches"
+        futures = await stall_orders_0(cluster, producer)
         # When its window has been full for longer than partitioner.availability.timeout.ms
         full_at = time.monotonic()
         await until(lambda: time.monotonic() > full_at + 2 * timeout_ms / 1000, "the availability timeout to pass")
@@ -213,10 +227,7 @@ def test_a_stalled_partition_gets_a_smaller_share_with_adaptive_partitioning_and
     async def stalled_share(cluster: ScriptedCluster, producer: Producer) -> None:
         # Given broker 1 holding every produce, so that orders-0's batches pile up in the producer
         cluster.held_brokers.add(1)
-        futures: list[RecordFuture] = []
-        while len(cluster.held) < producer.config.max_in_flight_requests_per_connection:
-            futures += await send_slowly(producer, 1)
-            assert len(futures) < 10 * RECORDS, "orders-0 never got five batches"
+        await stall_orders_0(cluster, producer)
         # When 300 more records go
         later = await send_slowly(producer, RECORDS)
         results.append(shares(later))
