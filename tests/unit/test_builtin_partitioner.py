@@ -49,8 +49,8 @@ def produce_one(
         info = partitioner.peek_current_partition_info(draw(), available, num_partitions)
     else:
         info = partitioner.current
-    switching = partitioner.switch_due(info, size, enable_switch)
-    partitioner.update_partition_info(info, size, draw() if switching else 0, available, num_partitions, enable_switch)
+    if partitioner.update_partition_info(info, size, enable_switch):
+        partitioner.switch_partition(draw(), available, num_partitions)
     return info.partition
 
 
@@ -86,7 +86,8 @@ def test_a_partition_without_a_leader_is_never_chosen_while_some_partition_has_o
     for _ in range(101):
         info = partitioner.peek_current_partition_info(rng.getrandbits(31), [0, 2], 3)
         chosen.append(info.partition)
-        partitioner.update_partition_info(info, 1, rng.getrandbits(31), [0, 2], 3)
+        assert partitioner.update_partition_info(info, 1)
+        partitioner.switch_partition(rng.getrandbits(31), [0, 2], 3)
     # Then partition 1 is never chosen, and both others are
     assert set(chosen) == {0, 2}
 
@@ -161,13 +162,14 @@ def test_a_stale_partition_info_is_recognised_and_refused() -> None:
     # Given a partition info that a switch has replaced
     partitioner = BuiltInPartitioner("topicA", 1)
     old = partitioner.peek_current_partition_info(0, [0, 1], 2)
-    partitioner.update_partition_info(old, 1, 1, [0, 1], 2)
+    assert partitioner.update_partition_info(old, 1)
+    partitioner.switch_partition(1, [0, 1], 2)
     # Then it counts as changed, and counting bytes against it is refused; a record without one is not sticky
     assert partitioner.is_partition_changed(old)
     assert not partitioner.is_partition_changed(partitioner.current)
     assert not partitioner.is_partition_changed(None)
     with pytest.raises(ValueError, match="not the current sticky partition"):
-        partitioner.update_partition_info(old, 1, 2, [0, 1], 2)
+        partitioner.update_partition_info(old, 1)
 
 
 # -- RecordAccumulatorTest: fractional batches, adaptive choice, availability -------------------------------------
@@ -195,9 +197,11 @@ def test_a_switch_held_back_happens_once_the_batch_is_full() -> None:
     first = produce_one(partitioner, draw, [0, 1, 2], 3, size=600, enable_switch=False)
     info = partitioner.current
     assert info is not None and info.partition == first
+    # While the batch still fills, a check with no bytes keeps it
+    assert not partitioner.update_partition_info(info, 0, enable_switch=False)
     # When the batch is full and the producer checks again with no bytes (Kafka's partitionChanged)
-    assert partitioner.switch_due(info, 0)
-    partitioner.update_partition_info(info, 0, draw(), [0, 1, 2], 3)
+    assert partitioner.update_partition_info(info, 0, enable_switch=True)
+    partitioner.switch_partition(draw(), [0, 1, 2], 3)
     # Then the partition has switched
     assert partitioner.is_partition_changed(info)
 

@@ -88,9 +88,10 @@ class BuiltInPartitioner:
     with `partitioner.ignore.keys`) and the load stats that weight the choice of the next one.
 
     The producer's cycle, as Kafka's RecordAccumulator.append: `peek_current_partition_info`, append the record to
-    that partition, then `update_partition_info` with the bytes appended, which switches once `sticky_batch_size`
-    bytes have gone to the partition (if switching is enabled: the producer disables it while the partition's last
-    batch is not full, up to twice `sticky_batch_size`, so that lingering batches are not cut short).
+    that partition, then `update_partition_info` with the bytes appended, which says to `switch_partition` once
+    `sticky_batch_size` bytes have gone to the partition (if switching is enabled: the producer disables it while
+    the partition's last batch is not full, up to twice `sticky_batch_size`, so that lingering batches are not cut
+    short).
 
     `available` is the partitions that have a leader, `num_partitions` all of the topic's; `draw` is a uniformly
     random non-negative int (Kafka's `Utils.toPositive(ThreadLocalRandom.nextInt())`), used only when a new partition
@@ -133,38 +134,32 @@ class BuiltInPartitioner:
     ) -> StickyPartitionInfo:
         """The current sticky partition, chosen now if there is none yet."""
         if self._sticky is None:
-            self._sticky = StickyPartitionInfo(self.next_partition(draw, available, num_partitions))
+            return self.switch_partition(draw, available, num_partitions)
         return self._sticky
 
     def is_partition_changed(self, info: StickyPartitionInfo | None) -> bool:
         """Whether `info` is no longer the current sticky partition (None: the record was not sticky)."""
         return info is not None and info is not self._sticky
 
-    def switch_due(self, info: StickyPartitionInfo, appended_bytes: int, enable_switch: bool = True) -> bool:
-        """Whether `update_partition_info` with these arguments would switch partition (so that the caller refreshes
-        the load stats first, as Kafka's sender does before each ready check)."""
-        produced = info.produced_bytes + appended_bytes
-        return (produced >= self.sticky_batch_size and enable_switch) or produced >= 2 * self.sticky_batch_size
-
     def update_partition_info(
-        self,
-        info: StickyPartitionInfo | None,
-        appended_bytes: int,
-        draw: int,
-        available: Sequence[int],
-        num_partitions: int,
-        enable_switch: bool = True,
-    ) -> None:
-        """Count `appended_bytes` produced to the sticky partition, and switch to a new one once `sticky_batch_size`
-        bytes have gone to it and switching is enabled, or twice that whatever `enable_switch` says."""
+        self, info: StickyPartitionInfo | None, appended_bytes: int, enable_switch: bool = True
+    ) -> bool:
+        """Count `appended_bytes` produced to the sticky partition; True when it must now switch (then call
+        `switch_partition`, after refreshing the load stats): once `sticky_batch_size` bytes have gone to it and
+        switching is enabled, or twice that whatever `enable_switch` says. Kafka's `updatePartitionInfo`, whose
+        switch is split off so that the draw and the load stats are worked out only when a switch happens."""
         if info is None:
-            return
+            return False
         if info is not self._sticky:
             raise ValueError(f"partition {info.partition} of {self.topic} is not the current sticky partition")
-        due = self.switch_due(info, appended_bytes, enable_switch)
-        info.produced_bytes += appended_bytes
-        if due:
-            self._sticky = StickyPartitionInfo(self.next_partition(draw, available, num_partitions))
+        produced = info.produced_bytes = info.produced_bytes + appended_bytes
+        sticky_batch_size = self.sticky_batch_size
+        return (produced >= sticky_batch_size and enable_switch) or produced >= 2 * sticky_batch_size
+
+    def switch_partition(self, draw: int, available: Sequence[int], num_partitions: int) -> StickyPartitionInfo:
+        """A new sticky partition, chosen by `next_partition`, with no bytes produced to it yet."""
+        self._sticky = StickyPartitionInfo(self.next_partition(draw, available, num_partitions))
+        return self._sticky
 
     def update_partition_load_stats(
         self, queue_sizes: Sequence[int] | None, partition_ids: Sequence[int], length: int

@@ -325,7 +325,7 @@ class Producer:
             if blocked_until is None:
                 blocked_until = time.monotonic() + self.config.max_block_ms / 1000
             partitions = await self._wait_on_metadata(topic, partition, blocked_until)
-        sticky: StickyPartitionInfo | None = None
+        sticky: BuiltInPartitioner | None = None
         if partition is None:
             partition, sticky = self._choose_partition(topic, key, partitions)
         queue = self._queue(topic, partition)
@@ -348,7 +348,7 @@ class Producer:
         if batch.size >= self.config.batch_size:
             queue.wake.set()
         if sticky is not None:
-            self._sticky_appended(topic, sticky, size, queue, partitions)
+            self._appended(sticky, size, batch, partitions)
         return RecordFuture(batch, index, topic, partition)
 
     async def _wait_on_metadata(self, topic: str, partition: int | None, deadline: float) -> list[PartitionInfo]:
@@ -380,49 +380,38 @@ class Producer:
 
     def _choose_partition(
         self, topic: str, key: bytes | None, partitions: list[PartitionInfo]
-    ) -> tuple[int, StickyPartitionInfo | None]:
-        """murmur2 of the key, unless partitioner.ignore.keys; else the topic's sticky partition, with its info
-        for `_sticky_appended` once the record is in. As Kafka's append, a switch that was held back while the
-        partition's last batch was not full happens here once it is full (or sent)."""
+    ) -> tuple[int, BuiltInPartitioner | None]:
+        """murmur2 of the key, unless partitioner.ignore.keys; else the topic's sticky partition, with the topic's
+        partitioner to tell (`_appended`) once the record is in. As Kafka's append, a switch that was held back
+        while the partition's last batch was filling happens here once that batch is full (or sent)."""
         count = len(partitions)
         if key is not None and not self.config.partitioner_ignore_keys:
             return partition_for_key(key, count), None
         partitioner = self._partitioners.get(topic)
-        if partitioner is None or (partitioner.current is not None and partitioner.current.partition >= count):
+        if partitioner is None:
             partitioner = self._partitioners[topic] = BuiltInPartitioner(topic, max(1, self.config.batch_size))
         info = partitioner.current
-        if info is None:
-            self._refresh_load_stats(topic, partitioner, partitions)
-            return self._peek(partitioner, partitions)
-        queue = self._queues.get((topic, info.partition))
-        if _all_batches_full(queue, self.config.batch_size) and partitioner.switch_due(info, 0):
-            self._refresh_load_stats(topic, partitioner, partitions)
-            partitioner.update_partition_info(info, 0, self._draw(), _available(partitions), count)
-        return self._peek(partitioner, partitions)
+        if info is None or info.partition >= count:  # the first record, or metadata without that partition now
+            return self._switch(topic, partitioner, partitions).partition, partitioner
+        if info.produced_bytes >= partitioner.sticky_batch_size:  # a switch was held back: is the batch full now?
+            queue = self._queues.get((topic, info.partition))
+            if partitioner.update_partition_info(info, 0, _all_batches_full(queue, self.config.batch_size)):
+                info = self._switch(topic, partitioner, partitions)
+        return info.partition, partitioner
 
-    def _peek(
-        self, partitioner: BuiltInPartitioner, partitions: list[PartitionInfo]
-    ) -> tuple[int, StickyPartitionInfo]:
-        info = partitioner.peek_current_partition_info(self._draw(), _available(partitions), len(partitions))
-        return info.partition, info
-
-    def _sticky_appended(
-        self,
-        topic: str,
-        info: StickyPartitionInfo,
-        size: int,
-        queue: _PartitionQueue,
-        partitions: list[PartitionInfo],
+    def _appended(
+        self, partitioner: BuiltInPartitioner, size: int, batch: _Batch, partitions: list[PartitionInfo]
     ) -> None:
         """Kafka's updatePartitionInfo after an append: count the record's bytes, and switch partition once
-        batch.size bytes have gone to it, unless its last batch is still filling (then at twice batch.size)."""
-        partitioner = self._partitioners[topic]
-        enable_switch = _all_batches_full(queue, self.config.batch_size)
-        due = partitioner.switch_due(info, size, enable_switch)
-        if due:  # else (the common case) the draw and the partitions go unused: neither is worked out
-            self._refresh_load_stats(topic, partitioner, partitions)
-        draw, available = (self._draw(), _available(partitions)) if due else (0, [])
-        partitioner.update_partition_info(info, size, draw, available, len(partitions), enable_switch)
+        batch.size bytes have gone to it, unless the batch it went into is still filling (then at twice that)."""
+        if partitioner.update_partition_info(partitioner.current, size, batch.size >= self.config.batch_size):
+            self._switch(partitioner.topic, partitioner, partitions)
+
+    def _switch(
+        self, topic: str, partitioner: BuiltInPartitioner, partitions: list[PartitionInfo]
+    ) -> StickyPartitionInfo:
+        self._refresh_load_stats(topic, partitioner, partitions)
+        return partitioner.switch_partition(self._draw(), _available(partitions), len(partitions))
 
     def _draw(self) -> int:
         return self._random.getrandbits(31)  # Kafka's Utils.toPositive(ThreadLocalRandom.current().nextInt())
