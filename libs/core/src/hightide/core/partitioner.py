@@ -1,4 +1,4 @@
-"""Which partition a record goes to: Kafka's built-in partitioner (KIP-480, KIP-794), bit for bit.
+"""Which partition a record goes to: Kafka's built-in partitioner (KIP-794); a key's partition bit for bit.
 
 Room: libs/core (rules as pure functions). Owns:
 
