@@ -89,3 +89,13 @@ down: install  ## stop the local cluster
 
 clean:  ## remove the environments and caches
 	rm -rf .venv .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis
+
+# -- issue 14 (infra): container images, built locally from a debootstrap base (nothing is pulled) ----------------
+IMAGE_TAG ?= dev
+IMAGES := hightide hightide-history hightide-nats
+.PHONY: images
+images:  ## build the container images (infra/Dockerfile) on a locally made Debian base
+	infra/base/build-base.sh
+	for target in $(IMAGES); do \
+	  docker build --file infra/Dockerfile --target $$target --tag $$target:$(IMAGE_TAG) . || exit 1; \
+	done
