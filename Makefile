@@ -95,6 +95,8 @@ IMAGE_TAG ?= dev
 IMAGES := hightide hightide-history hightide-nats
 .PHONY: images
 images:  ## build the container images (infra/Dockerfile) on a locally made Debian base
+	@docker info >/dev/null 2>&1 || { echo "make images: no Docker engine answers (Debian: apt-get install" \
+	  "docker.io containerd runc iptables debootstrap, then start dockerd)" >&2; exit 1; }
 	infra/base/build-base.sh
 	for target in $(IMAGES); do \
 	  docker build --file infra/Dockerfile --target $$target --tag $$target:$(IMAGE_TAG) . || exit 1; \
