@@ -44,7 +44,13 @@ def check_config(path: Path, server_name: str | None = "nats-1") -> subprocess.C
     if server_name is not None:
         env["NATS_SERVER_NAME"] = server_name
     return subprocess.run(
-        [nats_server(), "-t", "-c", path.name], cwd=path.parent, env=env, capture_output=True, text=True, timeout=30
+        [nats_server(), "-t", "-c", path.name],
+        cwd=path.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
     )
 
 
@@ -88,7 +94,9 @@ def http_server() -> Iterator[int]:
 
 def probe(path: str, port: int) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HIGHTIDE_HTTP_PORT": str(port)}
-    return subprocess.run([sys.executable, str(PROBE), path], env=env, capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [sys.executable, str(PROBE), path], env=env, capture_output=True, text=True, timeout=30, check=False
+    )
 
 
 def test_the_probe_passes_on_200_and_fails_on_503() -> None:
