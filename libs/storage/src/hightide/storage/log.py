@@ -494,7 +494,7 @@ class PartitionLog:
             max_timestamp,
             last_offset,
             segment_bytes=config.segment_bytes,
-            segment_ms=config.segment_ms,
+            segment_ms=config.max_segment_ms,
             now=now,
         )
         if reason is not None:
@@ -661,11 +661,12 @@ class PartitionLog:
         config = self.config
         try:
             plan = plan_retention(
-                self._summaries(with_timestamps=config.retention_ms >= 0),
+                self._summaries(with_timestamps=config.retention_ms >= 0 and config.delete),
                 log_start_offset=self.log_start_offset,
                 high_watermark=self.high_watermark,
-                retention_ms=config.retention_ms,
-                retention_bytes=config.retention_bytes,
+                # cleanup.policy=compact alone: no time or size retention, only the log start offset (Kafka).
+                retention_ms=config.retention_ms if config.delete else -1,
+                retention_bytes=config.retention_bytes if config.delete else -1,
                 now=now,
             )
         except OSError as error:
