@@ -13,6 +13,10 @@ A refusal is `InvalidRecordBatch` carrying Kafka's error code.
 | records > 0 and lastOffsetDelta + 1 == records      | INVALID_RECORD               | no                    |
 | no control batch                                    | INVALID_RECORD               | no                    |
 | records decode, offset deltas 0..n-1                | INVALID_RECORD (or CORRUPT)  | no                    |
+| batches in increasing offsets (gaps allowed)        | (offsets assigned)           | CORRUPT_MESSAGE       |
+
+A compacted leader's batches have gaps between them where the cleaner removed whole batches (Kafka's follower
+append checks only that offsets increase); an overlap is refused.
 
 Kafka's follower skips the size limit (`appendAsFollower` passes `ignoreRecordSize = true`): the leader already
 accepted the batch under the topic's limits, which may have changed since.
@@ -53,12 +57,12 @@ def validate_produce(records: bytes, *, max_message_bytes: int, segment_bytes: i
 
 
 def validate_replicated(records: bytes) -> list[BatchHeader]:
-    """A leader's batches as a follower fetched them: whole, intact (one CRC each), in order of offsets."""
+    """A leader's batches as a follower fetched them: whole, intact (one CRC each), in increasing offsets."""
     headers = validate_batches(records)
     for previous, header in pairwise(headers):
-        if header.base_offset != previous.next_offset:
+        if header.base_offset < previous.next_offset:
             raise InvalidRecordBatch(
-                f"batch at offset {header.base_offset} does not follow the one ending at {previous.last_offset}",
+                f"batch at offset {header.base_offset} overlaps the one ending at {previous.last_offset}",
                 ErrorCode.CORRUPT_MESSAGE,
             )
     return headers
