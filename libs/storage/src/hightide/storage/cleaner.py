@@ -62,6 +62,10 @@ _READ_CHUNK_BYTES = 1024 * 1024
 _WRITE_CHUNK_BYTES = 1024 * 1024
 
 
+class CleaningAborted(Exception):
+    """The log's owner asked a cleaning in progress to stop (the broker is shutting down)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SourceSegment:
     """A segment a cleaning reads, as it was when the cleaning was prepared (the owner's object, its size and next
@@ -110,6 +114,11 @@ class CleaningJob:
     cleaned: list[CleanedSegment] = field(default_factory=list)
     stats: CleaningStats = field(default_factory=CleaningStats)
     closed: bool = False
+    aborted: bool = False  # set by the owner's thread, read by the builder's between batches
+
+    def abort(self) -> None:
+        """Ask `build` to stop at its next batch (CleaningAborted); the owner then discards the job."""
+        self.aborted = True
 
     def build(self) -> list[CleanedSegment]:
         """Build the key map over the dirty section and write every group's cleaned segment (`.cleaned` files).
@@ -133,6 +142,8 @@ class CleaningJob:
                 if source.next_offset <= start or source.segment.base_offset >= end:
                     continue
                 for _, header, data in _batches(source):
+                    if self.aborted:
+                        raise CleaningAborted(f"cleaning of {self.directory} aborted")
                     if header.last_offset < start or header.is_control:
                         continue
                     if header.base_offset >= end:
@@ -155,6 +166,8 @@ class CleaningJob:
                 self.stats.segments_before += 1
                 self.stats.bytes_before += source.size
                 for _, header, data in _batches(source):
+                    if self.aborted:
+                        raise CleaningAborted(f"cleaning of {self.directory} aborted")
                     is_last = source is last_source and header.next_offset == source.next_offset
                     kept = self._clean_batch(header, data, source, latest, keep_empty=is_last)
                     if kept is not None:
@@ -421,6 +434,7 @@ def _remove_cleaned_files(directory: Path, base_offset: int) -> None:
 
 __all__ = [
     "CleanedSegment",
+    "CleaningAborted",
     "CleaningJob",
     "CleaningResult",
     "CleaningStats",
