@@ -10,6 +10,7 @@ its files) for every n, then reopens the log as after an unclean shutdown.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from hightide.core.clock import WallMs
+from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import (
     DELETE_HORIZON_BIT,
     Record,
@@ -28,6 +30,7 @@ from hightide.protocol.records import (
 )
 from hightide.storage.cleaner import clean, commit_cleaning, prepare_cleaning
 from hightide.storage.config import LogConfig
+from hightide.storage.errors import StorageError
 from hightide.storage.log import PartitionLog
 from support.logs import TP
 
@@ -185,11 +188,19 @@ def test_tombstones_stay_for_delete_retention_ms_after_the_cleaning_that_kept_th
     assert [t for t in triples(log) if t[1] == b"a"] == []
 
 
-def test_keyless_records_are_removed_and_a_batch_keeps_its_offsets_and_producer_fields(tmp_path: Path) -> None:
+def test_a_compacted_log_refuses_a_record_without_a_key(tmp_path: Path) -> None:
     log = compacted_log(tmp_path)
+    with pytest.raises(StorageError, match="Compacted topic cannot accept message without key") as refused:
+        produce(log, [(b"x", b"1"), (None, b"no key")])
+    assert refused.value.error_code is ErrorCode.INVALID_RECORD and log.log_end_offset == 0
+
+
+def test_keyless_records_are_removed_and_a_batch_keeps_its_offsets_and_producer_fields(tmp_path: Path) -> None:
+    log = compacted_log(tmp_path, cleanup_policy=("delete",))  # compacted later: its keyless records predate it
     first = produce(log, [(None, b"no key"), (b"x", b"1"), (b"y", b"1")], producer_id=7, producer_epoch=2)
     produce(log, [(b"x", b"2")], producer_id=8, producer_epoch=0)
     produce(log, [(b"y", b"2")], producer_id=8, producer_epoch=0, base_sequence=1)
+    log.update_config(dataclasses.replace(log.config, cleanup_policy=("compact",)))
     commit_all(log)
     before = read_batch_header(log.read(first, 1))
     assert clean(log, T0) is not None

@@ -7,6 +7,8 @@ shouldRetainRecord, one rule per test.
 
 from __future__ import annotations
 
+import pytest
+
 from hightide.core.clock import WallMs
 from hightide.core.compaction import (
     CleanableSegment,
@@ -19,6 +21,9 @@ from hightide.core.compaction import (
     plan_cleaning,
     retain_record,
 )
+from hightide.core.validation import validate_produce
+from hightide.protocol.errors import ErrorCode
+from hightide.protocol.records import Compression, InvalidRecordBatch, encode_batch
 
 NOW = WallMs(1_000_000)
 SETTINGS = CompactionSettings(
@@ -163,3 +168,13 @@ def test_a_compacted_log_rolls_by_the_max_compaction_lag() -> None:
     assert max_segment_ms(("compact",), 1_000, 50) == 50
     assert max_segment_ms(("compact", "delete"), 40, 50) == 40
     assert max_segment_ms(("delete",), 1_000, 50) == 1_000
+
+
+def test_a_leader_refuses_a_record_without_a_key_on_a_compacted_topic_only() -> None:
+    keyless = encode_batch([b"1", b"2"], keys=[b"k", None], timestamps=0)
+    assert validate_produce(keyless, max_message_bytes=1 << 20, segment_bytes=1 << 20)
+    with pytest.raises(InvalidRecordBatch, match="Compacted topic cannot accept message without key") as refused:
+        validate_produce(keyless, max_message_bytes=1 << 20, segment_bytes=1 << 20, compacted=True)
+    assert refused.value.error_code is ErrorCode.INVALID_RECORD
+    keyed = encode_batch([b"1", None], keys=[b"k", b"k"], timestamps=0, compression=Compression.GZIP)
+    assert validate_produce(keyed, max_message_bytes=1 << 20, segment_bytes=1 << 20, compacted=True)

@@ -372,7 +372,10 @@ class PartitionLog:
         segment.bytes), its refusal as a StorageError: what a leader checks before its core assigns offsets."""
         try:
             return validate_produce(
-                records, max_message_bytes=self.config.max_message_bytes, segment_bytes=self.config.segment_bytes
+                records,
+                max_message_bytes=self.config.max_message_bytes,
+                segment_bytes=self.config.segment_bytes,
+                compacted=self.config.compact,
             )
         except InvalidRecordBatch as e:
             raise StorageError(f"{self.topic_partition}: {e.args[0]}", e.error_code) from None
