@@ -307,3 +307,19 @@ def test_a_crash_anywhere_in_the_swap_leaves_the_old_segments_or_the_new(
     assert not [p for p in reopened.directory.iterdir() if p.name.endswith((".cleaned", ".swap", ".deleted"))]
     reopened.close()
     new_layout.close()
+
+
+def test_what_is_appended_again_after_a_truncation_below_the_cleaned_offset_is_dirty(tmp_path: Path) -> None:
+    log = compacted_log(tmp_path)
+    written(log, count=30, keys=3)
+    commit_all(log)
+    assert clean(log, T0) is not None and log.cleaner_checkpoint == 30
+    log.truncate_to(20, T0)  # an unclean election cut the log below the cleaned offset
+    assert log.cleaner_checkpoint is not None and log.cleaner_checkpoint <= 20
+    again = written(log, count=10, keys=3)  # offsets 20..29 again: three keys, duplicated
+    fresh = [(produce(log, [(f"z{i}".encode(), b"z")]), f"z{i}".encode(), b"z") for i in range(10)]  # 30..39
+    commit_all(log)
+    assert clean(log, T0) is not None
+    # Offsets 20..29 were dirty again: their duplicates went, though no key of 30..39 supersedes them.
+    latest = {key: (offset, key, value) for offset, key, value in again}
+    assert [t for t in triples(log) if t[0] >= 20] == sorted(latest.values()) + fresh

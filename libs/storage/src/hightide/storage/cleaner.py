@@ -19,10 +19,11 @@ How a batch is rewritten (Kafka's `MemoryRecords.filterTo`): offsets never chang
 survive, with its delete horizon unchanged, is copied byte for byte; one that loses records is written again with
 the survivors (`hightide.protocol.records.rebuild_batch`: base offset, last offset delta, producer id, epoch and
 sequence and partition leader epoch kept, CRC computed again); a batch losing every record goes, except that an
-empty batch is kept (i) for the last batch of each idempotent producer in the log, as Kafka's RETAIN_EMPTY keeps
-its last sequence for a new leader to rebuild producer state from, and (ii) for each group's last batch, so the
-cleaned segment ends exactly where its group ended: the next offset of the segment never moves, and recovery of a
-half-done swap knows which old segments the new one replaces.
+empty batch is kept (i) for the last batch of each idempotent producer among the segments cleaned, as Kafka's
+RETAIN_EMPTY keeps its last sequence for a new leader to rebuild producer state from, and (ii) for each group's
+last batch, so the cleaned segment ends exactly where its group ended: the next offset of the segment never
+moves, and recovery of a half-done swap knows which old segments the new one replaces (Kafka keeps the round's
+last batch only).
 
 The swap (`PartitionLog.replace_segments`, Kafka's `LocalLog.replaceSegments`) is crash-safe: the cleaned files
 are fsynced, renamed `.cleaned` -> `.swap` (the log file last: its rename is the commit point), the old segments
@@ -110,11 +111,12 @@ class CleaningJob:
     config: LogConfig
     now: WallMs
     sources: list[list[SourceSegment]]  # by group
-    producer_last_offsets: frozenset[int]  # the last offset of each idempotent producer's last batch
     cleaned: list[CleanedSegment] = field(default_factory=list)
     stats: CleaningStats = field(default_factory=CleaningStats)
     closed: bool = False
     aborted: bool = False  # set by the owner's thread, read by the builder's between batches
+    # The last offset of each idempotent producer's last batch in the segments cleaned (found by `build`).
+    producer_last_offsets: frozenset[int] = frozenset()
 
     def abort(self) -> None:
         """Ask `build` to stop at its next batch (CleaningAborted); the owner then discards the job."""
@@ -125,11 +127,23 @@ class CleaningJob:
         Safe on any thread: it reads its own descriptors and writes files no one else opens. Raises OSError or
         StorageError when a file cannot be read or written (the job is then to be discarded)."""
         assert not self.cleaned, "a job is built once"
+        self.producer_last_offsets = self._producer_last_offsets()
         latest = self._key_map()
         for group in self.sources:
             self.cleaned.append(self._clean_group(group, latest))
         self.stats.segments_after = len(self.cleaned)
         return self.cleaned
+
+    def _producer_last_offsets(self) -> frozenset[int]:
+        """Each idempotent producer's last batch among the segments cleaned (headers only). Where a producer's
+        last batch is later, in the part not cleaned, the one kept here was not needed: merely conservative."""
+        last: dict[int, int] = {}
+        for group in self.sources:
+            for source in group:
+                for header in _headers(source):
+                    if header.producer_id >= 0:
+                        last[header.producer_id] = header.last_offset
+        return frozenset(last.values())
 
     # -- the key map -------------------------------------------------------------------------------------------
 
@@ -304,13 +318,12 @@ def prepare_cleaning(log: PartitionLog, now: WallMs) -> CleaningJob | None:
                 segment = by_base[base]
                 fd = os.open(segment.log_path, os.O_RDONLY)
                 sources[-1].append(SourceSegment(segment, segment.size, segment.next_offset, fd))
-        producers = _producer_last_offsets(log)
     except BaseException:
         for group_sources in sources:
             for source in group_sources:
                 os.close(source.fd)
         raise
-    return CleaningJob(log.directory, plan, config, now, sources, producers)
+    return CleaningJob(log.directory, plan, config, now, sources)
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,13 +392,16 @@ def _summary(segment: LogSegment) -> CleanableSegment:
     )
 
 
-def _producer_last_offsets(log: PartitionLog) -> frozenset[int]:
-    """The last offset of each idempotent producer's last batch in the log (headers only)."""
-    last: dict[int, int] = {}
-    for header in log.batch_headers():
-        if header.producer_id >= 0:
-            last[header.producer_id] = header.last_offset
-    return frozenset(last.values())
+def _headers(source: SourceSegment) -> Iterator[BatchHeader]:
+    """The header of every batch of the source, reading headers only."""
+    position = 0
+    while position + BATCH_HEADER_SIZE <= source.size:
+        prefix = os.pread(source.fd, BATCH_HEADER_SIZE, position)
+        if len(prefix) < BATCH_HEADER_SIZE:
+            raise StorageError(f"{source.segment.log_path}: batch header at {position} is cut short")
+        header = _header(source, prefix, 0, position)
+        yield header
+        position += header.size
 
 
 def _batches(source: SourceSegment) -> Iterator[tuple[int, BatchHeader, bytes]]:

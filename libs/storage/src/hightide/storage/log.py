@@ -853,6 +853,7 @@ class PartitionLog:
         self.high_watermark = min(self.high_watermark, end)
         self.recovery_point = min(self.recovery_point, end)
         self._flush_wanted_up_to = min(self._flush_wanted_up_to, end)
+        self._truncate_cleaner_checkpoint(end)
         return removed
 
     def truncate_fully_and_start_at(self, offset: int, now: WallMs) -> None:
@@ -876,6 +877,12 @@ class PartitionLog:
         self.high_watermark = offset
         self.recovery_point = offset
         self._flush_wanted_up_to = offset
+        self._truncate_cleaner_checkpoint(offset)
+
+    def _truncate_cleaner_checkpoint(self, end: int) -> None:
+        """Kafka's `maybeTruncateCheckpoint`: what is appended again after a truncation is dirty."""
+        if self.cleaner_checkpoint is not None:
+            self.cleaner_checkpoint = min(self.cleaner_checkpoint, end)
 
     # -- durability ----------------------------------------------------------------------------------------
 
