@@ -323,3 +323,14 @@ def test_what_is_appended_again_after_a_truncation_below_the_cleaned_offset_is_d
     # Offsets 20..29 were dirty again: their duplicates went, though no key of 30..39 supersedes them.
     latest = {key: (offset, key, value) for offset, key, value in again}
     assert [t for t in triples(log) if t[0] >= 20] == sorted(latest.values()) + fresh
+
+
+def test_retention_ms_deletes_segments_of_a_compact_delete_log_and_never_of_a_compact_only_one(
+    tmp_path: Path,
+) -> None:
+    for policy, deleted in ((("compact",), False), (("compact", "delete"), True)):
+        log = compacted_log(tmp_path / "-".join(policy), cleanup_policy=policy, retention_ms=1_000)
+        written(log, count=20, keys=20)
+        commit_all(log)
+        gone = log.delete_old_segments(WallMs(T0 + 60_000))
+        assert bool(gone) is deleted, policy
