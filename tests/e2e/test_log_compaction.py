@@ -53,9 +53,10 @@ def isr(cluster: LocalCluster) -> set[int]:
     return {int(b) for b in line["Isr"].split(",") if b}
 
 
-def leader(cluster: LocalCluster) -> int:
+def leader(cluster: LocalCluster) -> int | None:
+    """The partition's leader; None while it has none (`none` in describe, during an election)."""
     (line,) = describe(cluster, TOPIC)
-    return int(line["Leader"])
+    return int(line["Leader"]) if line["Leader"].isdigit() else None
 
 
 def compacted_by(cluster: LocalCluster) -> set[int]:
@@ -104,6 +105,7 @@ def test_each_replica_compacts_and_a_replica_that_lost_its_disk_copies_the_compa
     assert_latest_per_key(consume_all(cluster), produced)
 
     first_leader = leader(cluster)
+    assert first_leader is not None
     follower = 3 - first_leader
     cluster.stop_broker(follower, hard=True)
     shutil.rmtree(cluster.data_dir / f"broker-{follower}" / f"{TOPIC}-0")
