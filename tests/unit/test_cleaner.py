@@ -334,3 +334,20 @@ def test_retention_ms_deletes_segments_of_a_compact_delete_log_and_never_of_a_co
         commit_all(log)
         gone = log.delete_old_segments(WallMs(T0 + 60_000))
         assert bool(gone) is deleted, policy
+
+
+def test_a_crash_while_the_cleaned_segments_are_written_leaves_the_old_log(tmp_path: Path) -> None:
+    log = compacted_log(tmp_path)
+    written(log, count=30, keys=3)
+    commit_all(log)
+    old = triples(log)
+    job = prepare_cleaning(log, T0)
+    assert job is not None
+    job.build()  # the .cleaned files are written; the process dies before the swap
+    assert [p for p in log.directory.iterdir() if p.name.endswith(".cleaned")]
+    job.close()
+    log.abandon()
+    reopened = PartitionLog.open(log.directory, TP, log.config, T0, clean_shutdown=False)
+    assert triples(reopened) == old
+    assert not [p for p in reopened.directory.iterdir() if p.name.endswith(".cleaned")]
+    reopened.close()
