@@ -37,6 +37,7 @@ from typing import Any, Final, Protocol
 
 from hightide.core import topic_configs
 from hightide.core.clock import MonoMs, Now
+from hightide.core.compaction import is_compacted
 from hightide.core.effects import (
     AnswerFetch,
     AnswerProduce,
@@ -369,6 +370,7 @@ class ReplicaManager:
                 records,
                 max_message_bytes=_int_config(configs, "max.message.bytes"),
                 segment_bytes=_int_config(configs, "segment.bytes"),
+                compacted=_compacted(configs),
             )
         except InvalidRecordBatch as refused:
             message = f"{tp.topic}-{tp.partition}: {refused}"
@@ -956,6 +958,12 @@ def _without(effect: Effect, doomed: set[TopicPartition]) -> Effect | None:
         )
         return AnswerFetch(effect.request_id, wire.FetchResponse(partitions=fetched))
     return effect
+
+
+def _compacted(configs: Mapping[str, str]) -> bool:
+    """Whether a topic's effective cleanup.policy holds compact (log compaction, issue 13)."""
+    policy = topic_configs.configured(configs, "cleanup.policy")
+    return isinstance(policy, tuple) and is_compacted(policy)
 
 
 def _int_config(configs: Mapping[str, str], name: str) -> int:

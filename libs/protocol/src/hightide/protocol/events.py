@@ -747,3 +747,27 @@ class RecordsConsumed(Event):
     partition: Int32
     offsets: tuple[Int64, ...]
     values: tuple[str, ...]
+
+
+# -- log compaction (issue 13): a replica's log cleaner ----------------------------------------------------------
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogCompacted(Event):
+    """A replica's log cleaner compacted its log (cleanup.policy=compact): it built the key map over the dirty
+    offsets [`first_dirty_offset`, `cleaned_up_to`) and rewrote every segment below `cleaned_up_to`, keeping each
+    key's latest record. Offsets do not change; `records_removed` counts superseded and keyless records and
+    tombstones past their delete horizon (`tombstones_removed` of them). Each replica cleans its own log."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    first_dirty_offset: Int64
+    cleaned_up_to: Int64
+    segments_before: Int32
+    segments_after: Int32
+    bytes_before: Int64
+    bytes_after: Int64
+    records_removed: Int64
+    tombstones_removed: Int64
