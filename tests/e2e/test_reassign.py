@@ -105,3 +105,46 @@ def test_moving_a_partition_off_its_leader_under_acks_all_loses_no_acknowledged_
 
 def after_isr(cluster: LocalCluster, topic: str) -> list[int]:
     return [int(b) for b in describe(cluster, topic)[0]["Isr"].split(",") if b]
+
+
+def test_a_reassignment_that_cannot_finish_is_reported_in_progress_and_cancelled(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Given broker 4 registered but stopped, a move of 1,2,3 to two of them and 4 cannot complete: --verify exits 1
+    saying it is in progress, `topic describe` shows Adding Replicas: 4, a second --execute is refused without
+    --additional, and --cancel puts the original brokers back (in the reassignment's order, as Kafka's revert)."""
+    topic = "stuck"
+    create_topic(cluster, topic)
+    cluster.start_broker(4)
+    wait_for(lambda: len(active_brokers(cluster)) == 4, 60, "broker 4 active")
+    cluster.stop_broker(4, hard=False)
+    wait_for(lambda: len(active_brokers(cluster)) == 3, 60, "broker 4 stopped")
+    (before,) = describe(cluster, topic)
+    leader = int(before["Leader"])
+    target = [b for b in (1, 2, 3) if b != leader] + [4]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": target}]}))
+    reassign = ("reassign", "--reassignment-json-file", str(plan))
+
+    assert hightide(cluster.data_dir, *reassign, "--execute").returncode == 0
+    verified = hightide(cluster.data_dir, *reassign, "--verify")
+    assert (verified.returncode, verified.stdout) == (
+        1,
+        f"Status of partition reassignment:\nReassignment of partition {topic}-0 is still in progress.\n",
+    )
+    (moving,) = describe(cluster, topic)
+    assert (moving["Adding Replicas"], moving["Removing Replicas"]) == ("4", str(leader))
+    assert moving["Replicas"] == ",".join(map(str, [*target, leader]))
+    again = hightide(cluster.data_dir, *reassign, "--execute")
+    assert again.returncode == 1 and "Cannot execute because there is an existing partition assignment" in again.stderr
+
+    cancelled = hightide(cluster.data_dir, *reassign, "--cancel")
+    assert (cancelled.returncode, cancelled.stdout) == (
+        0,
+        f"Successfully cancelled partition reassignment for: {topic}-0\n",
+    )
+    (after,) = describe(cluster, topic)
+    assert after["Replicas"] == ",".join(map(str, [*target[:2], leader])) and "Adding Replicas" not in after
+    verified = hightide(cluster.data_dir, *reassign, "--verify")
+    assert verified.returncode == 1
+    assert f"There is no active reassignment of partition {topic}-0, but replica set is" in verified.stdout

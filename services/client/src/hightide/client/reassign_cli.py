@@ -1,4 +1,4 @@
-"""`hightide reassign`: kafka-reassign-partitions.sh's --execute and --verify over the controller's
+"""`hightide reassign`: kafka-reassign-partitions.sh's --execute, --verify and --cancel over the controller's
 AlterPartitionReassignments and ListPartitionReassignments.
 
 Room: services/client. Reads Kafka's reassignment JSON (`{"version":1,"partitions":[{"topic":"t","partition":0,
@@ -6,9 +6,10 @@ Room: services/client. Reads Kafka's reassignment JSON (`{"version":1,"partition
 directory per broker), checks it as ReassignPartitionsCommand does, and prints Kafka's text. The rules of a
 reassignment live in the controller (hightide.core.controller); this module only asks and reports.
 
-Exit codes (CONTRACT.md): 0 success; 1 the operation failed (a Kafka error code, an unknown broker, a reassignment
-already in progress without --additional, and for --verify: a partition whose reassignment is not complete yet);
-2 an unreadable or invalid JSON file.
+`--cancel` (Kafka's, beyond CONTRACT.md's two actions) sends a null target for each of the file's partitions still
+in progress. Exit codes (CONTRACT.md): 0 success; 1 the operation failed (a Kafka error code, an unknown broker,
+a reassignment already in progress without --additional, and for --verify: a partition whose reassignment is not
+complete yet); 2 an unreadable or invalid JSON file.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ HELP: Final = """Move partitions' replicas to other brokers (Kafka's kafka-reass
 --execute starts the reassignments of the JSON file and prints the current assignment first (keep it: it is the
 file that moves them back). --verify prints, per partition, whether its reassignment is completed or still in
 progress; it exits 0 when every one is completed and 1 while any is not (Kafka's tool exits 0 either way; here
-1 is "not done yet", so a script can wait with a loop). Exit 2: the file is not valid reassignment JSON."""
+1 is "not done yet", so a script can wait with a loop). --cancel reverts the file's partitions still being
+moved. Exit 2: the file is not valid reassignment JSON."""
 
 
 def add_reassign_command(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -55,6 +57,7 @@ def add_reassign_command(subparsers: Any, common: argparse.ArgumentParser) -> No
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--execute", action="store_true", help="start the reassignments in the file")
     action.add_argument("--verify", action="store_true", help="are they complete? exit 0 if all are, 1 if not")
+    action.add_argument("--cancel", action="store_true", help="cancel the file's reassignments still in progress")
     parser.add_argument(
         "--additional", action="store_true", help="--execute even while other reassignments are in progress"
     )
@@ -67,6 +70,8 @@ def reassign(args: argparse.Namespace) -> int:
     async def action(admin: Admin, _conn: ClusterConnection) -> int:
         if args.verify:
             return await _verify(admin, targets)
+        if args.cancel:
+            return await _cancel(admin, targets)
         return await _execute(admin, targets, additional=args.additional)
 
     return asyncio.run(commands._admin_call(args, action))
@@ -234,3 +239,28 @@ async def _verify(admin: Admin, targets: list[Target]) -> int:
             )
             status = commands.EXIT_FAILED
     return status
+
+
+async def _cancel(admin: Admin, targets: list[Target]) -> int:
+    """cancelAssignment's partition half: cancel the file's partitions the controller lists as in progress.
+    Unlike Kafka's tool, which skips a partition only being added to (its filter keeps those with no adding
+    replica or some removing one), every listed partition is cancelled."""
+    ongoing = await admin.list_partition_reassignments(tuple((t, p) for t, p, _ in targets))
+    if ongoing.error:
+        return commands._failed("reassign", ongoing.error, ongoing.message)
+    moving = sorted((r.topic, r.partition) for r in ongoing.reassignments)
+    if not moving:
+        print("None of the specified partition reassignments are active.")
+        return commands.EXIT_OK
+    answer = await admin.alter_partition_reassignments(tuple((t, p, None) for t, p in moving))
+    if answer.error:
+        return commands._failed("reassign", answer.error, answer.message)
+    failures = sorted((r.topic, r.partition, ErrorCode(r.error), r.message) for r in answer.results if r.error)
+    plural = "" if len(moving) == 1 else "s"
+    if failures:
+        lines = "\n".join(f"{t}-{p}: {error.name}: {message}" for t, p, error, message in failures)
+        print(f"hightide reassign: Error cancelling partition reassignment{plural} for:\n{lines}", file=sys.stderr)
+        return commands.EXIT_FAILED
+    names = ",".join(f"{t}-{p}" for t, p in moving)
+    print(f"Successfully cancelled partition reassignment{plural} for: {names}")
+    return commands.EXIT_OK
