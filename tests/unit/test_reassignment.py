@@ -319,3 +319,18 @@ def test_completion_under_elr_keeps_the_elr_within_the_replicas(elr: bool) -> No
     c.alter("t", 0, [1, 2, 3, 4])
     done = c.partition("t")
     assert done.replicas == (3, 4) and set(done.elr) <= {3, 4}
+
+
+def test_a_replica_count_change_of_partition_0_refreshes_the_topics_elrs() -> None:
+    """Found by the controller's state machine: the topic's effective min ISR is min.insync.replicas capped at
+    partition 0's replica count (Kafka's getTopicEffectiveMinIsr), so moving partition 0 from two replicas to one
+    lowers it to 1 for every partition; the partitions whose ISR now reaches it lose their ELR in the same decision
+    (`commit` checks every image invariant)."""
+    c = cluster(1, 2, eligible_leader_replicas_enable=True, min_insync_replicas=2)
+    c.create("a", [[1, 2], [2, 1], [1, 2]])
+    c.shut_down(1)
+    assert [c.partition("a", p).elr for p in range(3)] == [(1,), (1,), (1,)]
+    reassign(c, ("a", 0, [2]))
+    assert c.partition("a", 0).replicas == (2,)
+    assert [c.partition("a", p).elr for p in range(3)] == [(), (), ()]
+    assert {e.reason for e in c.events_of(events.PartitionChanged)[-3:]} == {"reassignment"}

@@ -965,6 +965,33 @@ class ReplicationControl:
             work.events.append(elected)
         if completed:
             work.events.append(_reassignment_completed(topic.name, partition_id, before, after))
+        if partition_id == 0 and len(after.replicas) != len(before.replicas):
+            self._refresh_elrs(work, topic.name, min_isr)
+
+    def _refresh_elrs(self, work: _Decision, topic_name: str, min_isr_before: int) -> None:
+        """A reassignment that changes partition 0's replica count changes the topic's effective min ISR (Kafka's
+        getTopicEffectiveMinIsr caps min.insync.replicas at partition 0's replica count). Unlike Kafka, which
+        leaves it to each partition's next change, every partition's ELR is re-evaluated against the new min ISR
+        in the same decision, so no partition keeps an ELR once its ISR reaches min ISR (KIP-966)."""
+        topic = work.image.topic(topic_name)
+        assert topic is not None
+        min_isr = effective_min_isr(topic, self.config)
+        if not self.config.eligible_leader_replicas_enable or min_isr == min_isr_before:
+            return
+        for partition_id in range(len(topic.partitions)):
+            current = work.image.topic(topic_name)
+            assert current is not None
+            change = build_partition_change(
+                current.partitions[partition_id],
+                topic_id=current.topic_id,
+                partition_id=partition_id,
+                is_acceptable_leader=_eligible_in(work, topic_name, partition_id),
+                min_isr=min_isr,
+                elr_enabled=True,
+                election=self._election_for(current),
+            )
+            if change is not None:
+                self._commit(work, current, partition_id, change, _Context(reason="reassignment"))
 
     def _add_partitions(
         self, work: _Decision, name: str, topic_id: str, first: int, replica_lists: Sequence[tuple[int, ...]]
@@ -1004,6 +1031,11 @@ def _acceptor(image: MetadataImage, tp: TopicPartition, removed: set[int], conte
         return replica == context.broker_to_add or image.is_active(replica)
 
     return acceptable
+
+
+def _eligible_in(work: _Decision, topic: str, partition: int) -> Callable[[int], bool]:
+    """Kafka's LeaderAcceptor over the decision's working image (as it stands when the election runs)."""
+    return lambda replica: work.image.is_eligible_replica(replica, topic, partition)
 
 
 def _partition_changed(
