@@ -8,7 +8,8 @@ cancelled again a little later. The simulator checks every invariant
 after every step (acknowledged records never lost, logs agree within the ISR, one leader per epoch...) and, once
 healed and converged, that every acknowledged record is in the leader's log; then the partitions must have the
 replicas asked for (or the original ones after a cancellation that came in time: Kafka's revert keeps them in the
-reassignment's order, not the original one), and the metadata audit must find nothing in the run's history.
+reassignment's order, not the original one), the metadata audit must find nothing in the run's history, and the
+history alone must rebuild every replica's and partition's state (hightide.audit.rebuild).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from hightide.audit.history import History
 from hightide.protocol import events
 from hightide.protocol.errors import ErrorCode
 from simulation.simulator import HEALED_STEPS_MAX, SimConfig, Simulation
+from simulation.test_rebuild import _assert_rebuilds
 
 STEPS = 2_000
 SEEDS = (*range(6), 44)  # seed 44: a cancellation refused (it would need an unclean election)
@@ -96,6 +98,7 @@ def test_a_reassignment_under_load_and_faults_keeps_every_invariant(cancel: bool
         assert simulation.history is not None
         held = History.of(simulation.history)
         assert [f for check in CHECKS.values() for f in check(held)] == [], f"seed {seed}"
+        _assert_rebuilds(simulation, f"seed {seed}")  # the history alone rebuilds every replica and partition
         outcomes.update(type(e).TYPE for _, e in held.of_type(events.PartitionReassignmentCompleted))
         outcomes.update(type(e).TYPE for _, e in held.of_type(events.PartitionReassignmentCancelled))
         outcomes.update(e.election for _, e in held.of_type(events.LeaderElected) if e.election == "reassignment")
