@@ -110,7 +110,8 @@ def after_isr(cluster: LocalCluster, topic: str) -> list[int]:
 def test_a_reassignment_that_cannot_finish_is_reported_in_progress_and_cancelled(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    """Given broker 4 registered but stopped, a move of 1,2,3 to two of them and 4 cannot complete: --verify exits 1
+    """Unknown brokers and partitions are refused (exit 1, one line). Given broker 4 registered but stopped, a move
+    of 1,2,3 to two of them and 4 cannot complete: --verify exits 1
     saying it is in progress, `topic describe` shows Adding Replicas: 4, a second --execute is refused without
     --additional, and --cancel puts the original brokers back (in the reassignment's order, as Kafka's revert)."""
     topic = "stuck"
@@ -125,6 +126,14 @@ def test_a_reassignment_that_cannot_finish_is_reported_in_progress_and_cancelled
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": target}]}))
     reassign = ("reassign", "--reassignment-json-file", str(plan))
+    for bad_topic, bad_replicas, error in [
+        (topic, [1, 9], "INVALID_REPLICA_ASSIGNMENT: Unknown broker id 9"),
+        ("nope", [1, 2], "UNKNOWN_TOPIC_OR_PARTITION: Unable to find partition: nope-0"),
+    ]:
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps({"partitions": [{"topic": bad_topic, "partition": 0, "replicas": bad_replicas}]}))
+        refused = hightide(cluster.data_dir, "reassign", "--reassignment-json-file", str(bad), "--execute")
+        assert (refused.returncode, refused.stderr) == (1, f"hightide reassign: {error}\n")
 
     assert hightide(cluster.data_dir, *reassign, "--execute").returncode == 0
     verified = hightide(cluster.data_dir, *reassign, "--verify")
@@ -136,7 +145,8 @@ def test_a_reassignment_that_cannot_finish_is_reported_in_progress_and_cancelled
     assert (moving["Adding Replicas"], moving["Removing Replicas"]) == ("4", str(leader))
     assert moving["Replicas"] == ",".join(map(str, [*target, leader]))
     again = hightide(cluster.data_dir, *reassign, "--execute")
-    assert again.returncode == 1 and "Cannot execute because there is an existing partition assignment" in again.stderr
+    assert again.returncode == 1
+    assert again.stderr.startswith("hightide reassign: REASSIGNMENT_IN_PROGRESS: Cannot execute because there is")
 
     cancelled = hightide(cluster.data_dir, *reassign, "--cancel")
     assert (cancelled.returncode, cancelled.stdout) == (

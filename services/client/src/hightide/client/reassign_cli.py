@@ -167,16 +167,16 @@ async def _execute(admin: Admin, targets: list[Target], *, additional: bool) -> 
     if ongoing.error:
         return commands._failed("reassign", ongoing.error, ongoing.message)
     if ongoing.reassignments and not additional:
-        print(f"hightide reassign: {CANNOT_EXECUTE_BECAUSE_OF_EXISTING_MESSAGE}", file=sys.stderr)
-        return commands.EXIT_FAILED
+        return commands._failed(
+            "reassign", ErrorCode.REASSIGNMENT_IN_PROGRESS, CANNOT_EXECUTE_BECAUSE_OF_EXISTING_MESSAGE
+        )
     cluster = await admin.describe_cluster()
     if cluster.error:
         return commands._failed("reassign", cluster.error, cluster.message)
     known = {b.broker_id for b in cluster.brokers}
     unknown = sorted({r for _, _, rs in targets for r in rs} - known)
     if unknown:
-        print(f"hightide reassign: Unknown broker id {unknown[0]}", file=sys.stderr)
-        return commands.EXIT_FAILED
+        return commands._failed("reassign", ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unknown broker id {unknown[0]}")
     current = await _current_assignment(admin, targets)
     if isinstance(current, str):
         return commands._failed("reassign", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, current)
