@@ -992,6 +992,8 @@ def metadata_response(image: MetadataImage, topics: tuple[str, ...] | None) -> w
                 elr=p.elr,
                 last_known_elr=p.last_known_elr,
                 offline_replicas=image.offline_replicas(name, index),
+                adding_replicas=p.adding_replicas,
+                removing_replicas=p.removing_replicas,
             )
             for index, p in enumerate(topic.partitions)
         )

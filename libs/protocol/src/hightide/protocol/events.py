@@ -628,7 +628,8 @@ class PartitionChanged(Event):
 class LeaderElected(Event):
     """The controller chose a new leader (-1: none could be chosen). `election`: clean (from the ISR), elr,
     unclean, last_known_leader (KIP-966's balanced recovery: ISR and ELR empty, the last leader returns; Kafka
-    counts it unclean), preferred, or controlled_shutdown."""
+    counts it unclean), preferred, controlled_shutdown, or reassignment (a reassignment that completed or was
+    cancelled took the leader out of the replicas; the new one is from the ISR that change left)."""
 
     VERSION: ClassVar[int] = 2
     FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("controller_epoch", "metadata_offset")}
@@ -771,3 +772,59 @@ class LogCompacted(Event):
     bytes_after: Int64
     records_removed: Int64
     tombstones_removed: Int64
+
+
+# -- partition reassignment (issue 13): the controller's KIP-455 decisions -------------------------------------------
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionReassignmentStarted(Event):
+    """An admin asked to move a partition to `target_replicas` (AlterPartitionReassignments) and the controller
+    accepted it: `replicas` is now the target followed by `removing_replicas`; `adding_replicas` join as followers
+    and the reassignment completes once every target replica is in the ISR. `original_replicas` is what a
+    cancellation restores. A target the ISR already covers completes in the same decision
+    (PartitionReassignmentCompleted follows at once)."""
+
+    topic: str
+    partition: Int32
+    original_replicas: BrokerIds
+    target_replicas: BrokerIds
+    adding_replicas: BrokerIds
+    removing_replicas: BrokerIds
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionReassignmentCompleted(Event):
+    """A partition's reassignment completed: every target replica was in the ISR, so the replicas became
+    `replicas` (the target), the removed ones left the replicas and ISR, and a removed leader was replaced (a
+    LeaderElected with election `reassignment` says by whom)."""
+
+    topic: str
+    partition: Int32
+    replicas: BrokerIds
+    removed_replicas: BrokerIds
+    leader: Int32
+    leader_epoch: Int32
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionReassignmentCancelled(Event):
+    """An admin cancelled a partition's reassignment (a null target, Kafka's PartitionReassignmentRevert): the
+    replicas went back to `replicas` (the original ones) and the replicas being added, `dropped_replicas`, left
+    the replicas and ISR."""
+
+    topic: str
+    partition: Int32
+    replicas: BrokerIds
+    dropped_replicas: BrokerIds
+    leader: Int32
+    leader_epoch: Int32
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET

@@ -21,6 +21,7 @@ from typing import Any
 
 from hightide.client import bench, commands, demo, events_cli
 from hightide.client.local_cluster import ClusterError
+from hightide.client.reassign_cli import add_reassign_command  # partition reassignment (issue 13)
 from hightide.protocol.errors import HightideError
 from hightide.runtime.logging import configure_logging
 from hightide.runtime.nats import NatsUnavailable
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     _topic_commands(subparsers, common)
     _client_commands(subparsers, common)
     events_cli.add_events_commands(subparsers, common)
+    add_reassign_command(subparsers, common)  # partition reassignment (issue 13)
     _plugged_in_commands(subparsers, common)
     demo_parser = subparsers.add_parser(
         "demo", parents=[common], help="real clusters through real faults: the KIP-101 loss caught, a failover"
