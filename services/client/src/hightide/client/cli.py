@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from hightide.client import bench, commands, demo, events_cli
+from hightide.client import bench, canary, commands, demo, events_cli
 from hightide.client.local_cluster import ClusterError
 from hightide.protocol.errors import HightideError
 from hightide.runtime.logging import configure_logging
@@ -201,8 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("broker", "controller", "archiver", "canary") and argv[1:2] != ["list"]:
         if argv[0] == "canary":
-            print("hightide canary: not built yet", file=sys.stderr)
-            return EXIT_FAILED
+            return canary.main(argv[1:])  # a client-side service: it runs in this process (client/canary.py)
         commands.exec_service(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     configure_logging(json=False, level="warning")
