@@ -1,0 +1,172 @@
+"""`hightide canary` against a real local cluster (its own nats-server, a controller, three brokers, each a process),
+through a kill -9 of a broker and its restart.
+
+Method: `LocalCluster` starts the processes as `hightide cluster up` does; the canary runs as a user starts it
+(`hightide canary ...`, a process of its own) and the test reads what it reports the way Prometheus would, by
+scraping its /metrics endpoint. Session and lag timeouts are shortened so failures are detected in seconds, and
+the canary's delivery timeout is below the broker session timeout, so a partition whose leader died shows failed
+sends before its new leader is elected. Every wait is a poll of a condition with a deadline. Last, the run's
+event lake (the canary's own events included) passes the history audit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from hightide.client.local_cluster import LocalCluster, free_port
+from hightide.lake import read_envelopes
+from hightide.protocol.events import CanarySummary, RecordsConsumed, SendCompleted
+from support.audited import assert_history_clean
+from support.cluster_cli import active_brokers, describe, wait_for
+
+pytestmark = pytest.mark.slow
+
+CONFIG = [
+    "broker.session.timeout.ms=3000",
+    "broker.heartbeat.interval.ms=300",
+    "replica.lag.time.max.ms=1000",
+    "controller.lease.ms=2000",
+    "replica.fetch.backoff.ms=200",
+]
+TOPIC = "__hightide_canary"
+Samples = dict[tuple[str, str], float]  # (sample name, partition label or "") -> value
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    local = LocalCluster(tmp_path / "cluster")
+    local.up(brokers=3, controllers=1, cluster_id="e2e", config=CONFIG)
+    try:
+        wait_for(lambda: len(active_brokers(local)) == 3, 60, "three active brokers")
+        yield local
+    finally:
+        local.down()
+
+
+def start_canary(cluster: LocalCluster, port: int, log: Path) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable,
+        "-m",
+        "hightide.client.cli",
+        "canary",
+        "--rate",
+        "60",
+        "--http-port",
+        str(port),
+        "--availability-window-ms",
+        "3000",
+        "--summary-interval-ms",
+        "2000",
+        "--topic-management-interval-ms",
+        "2000",
+        "--producer-property",
+        "delivery.timeout.ms=2500",
+        "--producer-property",
+        "request.timeout.ms=2000",
+        "--data-dir",
+        str(cluster.data_dir),
+    ]
+    with log.open("wb") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+
+
+def scrape(port: int) -> Samples:
+    """The canary's metrics, or {} while it does not answer yet."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, sample.labels.get("partition", ""))] = sample.value
+    return samples
+
+
+def per_partition(samples: Samples, name: str) -> dict[int, float]:
+    return {int(p): v for (n, p), v in samples.items() if n == name and p != ""}
+
+
+def produce_errors(samples: Samples, partition: int) -> float:
+    return sum(v for (n, p), v in samples.items() if n == "hightide_canary_produce_error_total" and p == str(partition))
+
+
+def healthy(port: int, partitions: int, consumed_at_least: dict[int, float]) -> Samples | None:
+    """The samples once every partition is checked, every availability is 1.0 and each partition has read more
+    than `consumed_at_least` of it; else None."""
+    samples = scrape(port)
+    produce = per_partition(samples, "hightide_canary_produce_availability")
+    consume = per_partition(samples, "hightide_canary_consume_availability")
+    consumed = per_partition(samples, "hightide_canary_records_consumed_total")
+    if len(produce) != partitions or len(consumed) != partitions:
+        return None
+    if any(v != 1.0 for v in [*produce.values(), *consume.values()]):
+        return None
+    if any(consumed[p] <= consumed_at_least.get(p, 0) for p in consumed):
+        return None
+    return samples
+
+
+def assert_nothing_lost_or_duplicated(samples: Samples) -> None:
+    for name in ("records_lost", "records_duplicated", "records_reordered"):
+        counts = per_partition(samples, f"hightide_canary_{name}_total")
+        assert len(counts) == 3 and not any(counts.values()), f"{name}: {counts}"
+
+
+def test_the_canary_sees_a_killed_brokers_partitions_fail_and_recover_and_loses_nothing(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    port = free_port()
+    log = tmp_path / "canary.log"
+    canary = start_canary(cluster, port, log)
+    try:
+        # Given a canary on a healthy cluster: a partition led by each broker, all available, nothing lost.
+        before = wait_for(lambda: healthy(port, 3, {}), 90, f"a healthy canary (log {log})")
+        assert_nothing_lost_or_duplicated(before)
+        leaders = {int(p["Partition"]): int(p["Leader"]) for p in describe(cluster, TOPIC)}
+        assert sorted(leaders.values()) == [1, 2, 3], leaders
+        assert all(p["Replicas"].split(",")[0] == p["Leader"] for p in describe(cluster, TOPIC))
+
+        # When the leader of partition 1 is killed, then that partition's sends fail (its availability dips).
+        victim = leaders[1]
+        state = cluster.read_state()
+        assert state is not None
+        errors_before = produce_errors(before, 1)
+        os.kill(state.brokers[str(victim)], signal.SIGKILL)
+        wait_for(lambda: produce_errors(scrape(port), 1) > errors_before, 30, "failed sends to the dead leader")
+
+        # And after it restarts (and the canary gives it back its preferred leadership), every partition is
+        # available again, every partition reads on, and no acknowledged record was lost or read twice.
+        cluster.start_broker(victim)
+        wait_for(lambda: all(p["Isr"].count(",") == 2 for p in describe(cluster, TOPIC)), 60, "full ISRs")
+        consumed = per_partition(scrape(port), "hightide_canary_records_consumed_total")
+        after = wait_for(lambda: healthy(port, 3, consumed), 60, "the canary healthy again")
+        assert_nothing_lost_or_duplicated(after)
+        wait_for(lambda: int(describe(cluster, TOPIC)[1]["Leader"]) == victim, 30, "the preferred leader back")
+    finally:
+        canary.send_signal(signal.SIGTERM)
+        returncode = canary.wait(timeout=60)
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    assert returncode == 0, log.read_text()[-2000:]
+    stopped = next(line for line in lines if line["event"] == "canary_stopped")
+    assert stopped["records_lost"] == 0 and stopped["records_duplicated"] == 0, stopped
+    assert stopped["records_consumed"] > 0 and stopped["produce_errors"] > 0, stopped
+
+    # The run's history: the canary's events reached the lake, and the audit finds every invariant kept.
+    cluster.down()
+    envelopes = [envelope for _, envelope in read_envelopes(cluster.lake)]
+    canary_events = [e for e in envelopes if e.emitter.service == "canary"]
+    kinds = {type(e.event) for e in canary_events}
+    assert {SendCompleted, RecordsConsumed, CanarySummary} <= kinds, kinds
+    assert_history_clean(cluster.lake)
