@@ -21,7 +21,9 @@ The consumer's reads are classified against the next sequence it expects (`next_
 
 A sequence passed over is *lost* when the producer acknowledged it, whether the acknowledgement came before the
 read that passed it or after: an acknowledged acks=all record the consumer never gets is Kafka's broken promise.
-One the producer failed is not lost (it was never promised); one without an outcome yet waits for it.
+One the producer failed is not lost (it was never promised); one without an outcome yet waits for it. (Xinfra's
+ConsumeService counts every gap as lost and every lower index as duplicated; the canary knows its sends' outcomes,
+so it tells a broken promise from a send that failed in plain sight, and a late record from a duplicate.)
 
 Every set is bounded (`tracked_sequences_max`): a consumer that falls that far behind its producer forgets the
 oldest sequences it was holding, and counts them in `forgotten`, rather than growing without bound; and a read
