@@ -118,10 +118,10 @@ def healthy(port: int, partitions: int, consumed_at_least: dict[int, float]) -> 
     return samples
 
 
-def assert_nothing_lost_or_duplicated(samples: Samples) -> None:
+def assert_nothing_lost_or_duplicated(samples: Samples, partitions: int = 3) -> None:
     for name in ("records_lost", "records_duplicated", "records_reordered"):
         counts = per_partition(samples, f"hightide_canary_{name}_total")
-        assert len(counts) == 3 and not any(counts.values()), f"{name}: {counts}"
+        assert len(counts) == partitions and not any(counts.values()), f"{name}: {counts}"
 
 
 def test_the_canary_sees_a_killed_brokers_partitions_fail_and_recover_and_loses_nothing(
@@ -169,4 +169,36 @@ def test_the_canary_sees_a_killed_brokers_partitions_fail_and_recover_and_loses_
     canary_events = [e for e in envelopes if e.emitter.service == "canary"]
     kinds = {type(e.event) for e in canary_events}
     assert {SendCompleted, RecordsConsumed, CanarySummary} <= kinds, kinds
+    assert_history_clean(cluster.lake)
+
+
+def test_a_joining_broker_gets_a_partition_it_leads_and_a_restarted_canary_starts_over_cleanly(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    port = free_port()
+    first = start_canary(cluster, port, tmp_path / "canary-1.log")
+    try:
+        wait_for(lambda: healthy(port, 3, {}), 90, "a healthy canary")
+        # When a fourth broker joins, then the canary adds a partition it leads and checks it too.
+        cluster.start_broker(4)
+        wait_for(lambda: len(active_brokers(cluster)) == 4, 60, "four active brokers")
+        partitions = wait_for(lambda: healthy(port, 4, {}), 60, "the canary checking four partitions")
+        assert_nothing_lost_or_duplicated(partitions, 4)
+        assert {p["Partition"]: p["Replicas"].split(",")[0] for p in describe(cluster, TOPIC)}["3"] == "4"
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=60) == 0
+    # When the canary restarts (a new incarnation, on the same topic), then it reads on from the log end: the
+    # first run's records are not its own, and nothing is lost, duplicated or reordered.
+    second = start_canary(cluster, port, tmp_path / "canary-2.log")
+    try:
+        again = wait_for(lambda: healthy(port, 4, {}), 90, "the restarted canary healthy")
+        assert_nothing_lost_or_duplicated(again, 4)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=60) == 0
+    cluster.down()
+    summaries = [e for _, e in read_envelopes(cluster.lake) if isinstance(e.event, CanarySummary)]
+    assert len({e.emitter.incarnation for e in summaries}) == 2  # one outbox incarnation per run
+    assert all(e.event.records_lost == 0 for e in summaries)  # type: ignore[attr-defined]
     assert_history_clean(cluster.lake)
