@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
+from hightide.core.clock import MonoMs, WallMs
+
 VALUE_SEPARATOR: Final = ":"
 TRACKED_SEQUENCES_MAX: Final = 100_000
 INCARNATION_CHARACTERS_MAX: Final = 32
@@ -173,8 +175,9 @@ class PartitionTracker:
         if not self._passed.discard(sequence) and sequence >= self.next_sequence:
             self._failed.add(sequence)
 
-    def read(self, value: CanaryValue, now_ms: int) -> Reading:
-        """The consumer read `value` at `now_ms` (wall clock, as `value.send_ms`)."""
+    def read(self, value: CanaryValue, now_ms: WallMs) -> Reading:
+        """The consumer read `value` at `now_ms`: the wall clock, as `value.send_ms` (the sender may be another
+        process; a skewed or stepped clock skews the delay, never the verdict)."""
         if value.incarnation != self.incarnation or value.partition != self.partition:
             return Reading(Verdict.FOREIGN, 0, -1)
         delay_ms = max(now_ms - value.send_ms, 0)
@@ -220,18 +223,19 @@ class PartitionTracker:
 
 class AvailabilityWindow:
     """Outcomes (success or not) of the last `window_ms` (at most `samples_max` of them): the fraction that
-    succeeded, Xinfra's `produce-availability-avg` / `consume-availability-avg` over a sliding window. An empty
-    window is 1.0 only when nothing was asked of it; a caller that attempted something sees its outcome."""
+        succeeded, Xinfra's `produce-availability-avg` / `consume-availability-avg` over a sliding window, on the
+    monotonic clock (a window is a duration on one process). An empty
+        window is 1.0 only when nothing was asked of it; a caller that attempted something sees its outcome."""
 
     def __init__(self, window_ms: int, samples_max: int = 100_000) -> None:
         assert window_ms > 0 and samples_max > 0, (window_ms, samples_max)
         self.window_ms = window_ms
         self._samples: deque[tuple[int, bool]] = deque(maxlen=samples_max)
 
-    def record(self, now_ms: int, ok: bool) -> None:
+    def record(self, now_ms: MonoMs, ok: bool) -> None:
         self._samples.append((now_ms, ok))
 
-    def ratio(self, now_ms: int) -> float:
+    def ratio(self, now_ms: MonoMs) -> float:
         while self._samples and self._samples[0][0] <= now_ms - self.window_ms:
             self._samples.popleft()
         if not self._samples:

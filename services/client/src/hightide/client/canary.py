@@ -59,6 +59,7 @@ from hightide.core.canary import (
     preferred_leader_gaps,
     replicas_led_by,
 )
+from hightide.core.clock import MonoMs, WallMs
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.events import CanarySummary
@@ -350,7 +351,7 @@ class Canary:
             return
         self.metrics.acknowledged.labels(partition=partition).inc()
         self.totals["acknowledged"] += 1
-        self.produce_windows[partition].record(_wall_ms(), True)
+        self.produce_windows[partition].record(_mono_ms(), True)
         self._last_acknowledged[partition] = max(sequence, self._last_acknowledged.get(partition, -1))
         lost = self.trackers[partition].acknowledged(sequence)
         self._count_lost(partition, lost)
@@ -358,7 +359,7 @@ class Canary:
     def _failed(self, partition: int, sequence: int, code: ErrorCode) -> None:
         self.metrics.produce_errors.labels(partition=partition, error=code.name).inc()
         self.totals["errors"] += 1
-        self.produce_windows[partition].record(_wall_ms(), False)
+        self.produce_windows[partition].record(_mono_ms(), False)
         self.trackers[partition].failed(sequence)
 
     # -- consume -------------------------------------------------------------------------------------------------
@@ -387,7 +388,7 @@ class Canary:
     def _read_all_acknowledged(self) -> bool:
         return all(self.trackers[p].next_sequence > last for p, last in self._last_acknowledged.items())
 
-    def _on_read(self, record: ConsumerRecord, now_ms: int) -> None:
+    def _on_read(self, record: ConsumerRecord, now_ms: WallMs) -> None:
         tracker = self.trackers.get(record.partition)
         try:
             value = CanaryValue.decode((record.value or b"").decode(errors="replace"))
@@ -402,7 +403,7 @@ class Canary:
             return
         partition = record.partition
         self.metrics.consumed.labels(partition=partition).inc()
-        self.consume_windows[partition].record(now_ms, True)
+        self.consume_windows[partition].record(_mono_ms(), True)
         self.metrics.delay_ms.observe(reading.delay_ms)
         self.delays.record(reading.delay_ms)
         if reading.verdict is Verdict.DUPLICATE:
@@ -417,7 +418,7 @@ class Canary:
         if lost == 0:
             return
         self.metrics.lost.labels(partition=partition).inc(lost)
-        now_ms = _wall_ms()
+        now_ms = _mono_ms()
         for _ in range(lost):
             self.consume_windows[partition].record(now_ms, False)
         self.log.error("canary_records_lost", partition=partition, lost=lost, total=self.trackers[partition].lost)
@@ -434,7 +435,7 @@ class Canary:
                 self.events.emit(self._summary())
 
     def _refresh_gauges(self) -> None:
-        now_ms = _wall_ms()
+        now_ms = _mono_ms()
         for partition, window in self.produce_windows.items():
             self.metrics.produce_availability.labels(partition=partition).set(window.ratio(now_ms))
         for partition, window in self.consume_windows.items():
@@ -457,9 +458,14 @@ class Canary:
         )
 
 
-def _wall_ms() -> int:
+def _wall_ms() -> WallMs:
     """Wall-clock milliseconds: a record's send time is compared with its read time, maybe in another process."""
-    return int(time.time() * 1000)
+    return WallMs(int(time.time() * 1000))
+
+
+def _mono_ms() -> MonoMs:
+    """Monotonic milliseconds: the availability windows are durations on this process."""
+    return MonoMs(int(time.monotonic() * 1000))
 
 
 # -- the process -------------------------------------------------------------------------------------------------
