@@ -44,7 +44,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from hightide.client.admin import Admin
 from hightide.client.client_events import records_consumed, send_completed, send_invoked
-from hightide.client.connection import ClientError, ClusterConnection
+from hightide.client.connection import ClusterConnection
 from hightide.client.consumer import Consumer, ConsumerConfig, ConsumerRecord
 from hightide.client.local_cluster import ClusterError, LocalCluster
 from hightide.client.producer import ProduceFailed, Producer, ProducerConfig, RecordFuture
@@ -61,7 +61,7 @@ from hightide.core.canary import (
 )
 from hightide.core.clock import MonoMs, WallMs
 from hightide.protocol import wire
-from hightide.protocol.errors import ErrorCode
+from hightide.protocol.errors import ErrorCode, HightideError
 from hightide.protocol.events import CanarySummary
 from hightide.runtime.config import ConfigError, parse_overrides
 from hightide.runtime.event_store import EventPipeline
@@ -188,15 +188,16 @@ class Canary:
         try:
             while not self.stopping.is_set() and not await self._manage_topic():
                 await self._pause(RETRY_BACKOFF_S)  # no live broker or controller yet: try again
-            if self.stopping.is_set():
-                return
-            async with Producer(self.conn, self.producer_config) as producer:
-                self._ready = True
-                async with asyncio.TaskGroup() as group:
-                    group.create_task(self._produce(producer))
-                    group.create_task(self._consume())
-                    group.create_task(self._manage_topic_periodically())
-                    group.create_task(self._report_periodically())
+            while not self.stopping.is_set():
+                try:
+                    await self._check()
+                except* HightideError as failed:
+                    # A producer that could not get a producer id within its delivery timeout (no controller), or
+                    # a request no broker answered: start the clients again, as an operator would, and go on
+                    # counting (the canary's sequences and trackers outlive its clients).
+                    errors = [f"{type(e).__name__}: {e}" for e in failed.exceptions]
+                    self.log.warning("canary_clients_restarting", errors=errors)
+                    await self._pause(RETRY_BACKOFF_S)
         finally:
             self._ready = False
             await self.consumer.close()
@@ -204,6 +205,20 @@ class Canary:
             summary = self._summary()
             self.events.emit(summary)
             self.log.info("canary_stopped", **dataclasses.asdict(summary))
+
+    async def _check(self) -> None:
+        """Produce, consume, manage the topic and report, until asked to stop."""
+        self._produced_all.clear()
+        async with Producer(self.conn, self.producer_config) as producer:
+            self._ready = True
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self._produce(producer))
+                    group.create_task(self._consume())
+                    group.create_task(self._manage_topic_periodically())
+                    group.create_task(self._report_periodically())
+            finally:
+                self._ready = False
 
     async def _pause(self, seconds: float) -> None:
         """Wait `seconds`, or less if the canary is asked to stop (pacing and backoff, not synchronisation)."""
@@ -235,7 +250,7 @@ class Canary:
             await self._elect_preferred_leaders(live, partitions)
             await self._check_new_partitions(len(partitions))
             return True
-        except ClientError as error:
+        except HightideError as error:  # a ClientError, or a metadata request no broker answered
             self.log.warning("canary_topic_management_failed", error=error.error_code.name, message=str(error))
             return False
 
@@ -375,7 +390,7 @@ class Canary:
                     return
             try:
                 records = await self.consumer.poll()
-            except ClientError as error:
+            except HightideError as error:
                 self.log.warning("canary_consume_failed", error=error.error_code.name, message=str(error))
                 await self._pause(RETRY_BACKOFF_S)
                 continue
