@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hightide.client.local_cluster import LocalCluster, free_port
+from hightide.client.local_cluster import LocalCluster, free_port, pid_alive
 from hightide.lake import read_envelopes
 from hightide.protocol.events import CanarySummary, RecordsConsumed, SendCompleted
 from support.audited import assert_history_clean
-from support.cluster_cli import active_brokers, describe, wait_for
+from support.cluster_cli import active_brokers, describe, hightide, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -202,3 +202,25 @@ def test_a_joining_broker_gets_a_partition_it_leads_and_a_restarted_canary_start
     assert len({e.emitter.incarnation for e in summaries}) == 2  # one outbox incarnation per run
     assert all(e.event.records_lost == 0 for e in summaries)  # type: ignore[attr-defined]
     assert_history_clean(cluster.lake)
+
+
+def test_cluster_up_with_the_canary_runs_it_shows_it_and_stops_it_first(tmp_path: Path) -> None:
+    """`hightide cluster up --canary` (and so `make run CANARY=1`): the canary is the cluster's, in cluster.json and
+    `cluster status`, and `cluster down` stops it cleanly before the brokers."""
+    local = LocalCluster(tmp_path / "cluster")
+    try:
+        up = hightide(local.data_dir, "cluster", "up", "--detach", "--canary", "--config", *CONFIG[:1])
+        assert up.returncode == 0, up.stderr
+        state = local.read_state()
+        assert state is not None and state.canary is not None and state.canary_http_port is not None
+        port = state.canary_http_port
+        wait_for(lambda: healthy(port, 3, {}), 90, "the cluster's canary healthy")
+        shown = hightide(local.data_dir, "cluster", "status")
+        assert f"Canary: http://127.0.0.1:{port}/metrics\tPid: {state.canary}\n" in shown.stdout
+    finally:
+        local.down()
+    log = (local.data_dir / "logs" / "canary.log").read_text()
+    stopped = [json.loads(line) for line in log.splitlines() if '"canary_stopped"' in line]
+    assert len(stopped) == 1 and stopped[0]["records_lost"] == 0, log[-2000:]
+    assert not pid_alive(state.canary)
+    assert_history_clean(local.lake)

@@ -100,6 +100,7 @@ def _cluster_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     up.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     up.add_argument("--detach", action="store_true", help="return once the cluster is ready")
     up.add_argument("--timeout", type=_positive, default=60.0, help="seconds to wait for readiness")
+    up.add_argument("--canary", action="store_true", help="also run `hightide canary` on it (issue 13)")
     up.set_defaults(run=commands.cluster_up)
     down = cluster.add_parser("down", parents=[common], help="stop the local cluster")
     down.set_defaults(run=commands.cluster_down)
