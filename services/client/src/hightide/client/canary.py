@@ -64,7 +64,7 @@ from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode, HightideError
 from hightide.protocol.events import CanarySummary
 from hightide.runtime.config import ConfigError, parse_overrides
-from hightide.runtime.event_store import EventPipeline
+from hightide.runtime.event_store import EventPipeline, NullEventSink
 from hightide.runtime.events import EventSink
 from hightide.runtime.logging import Logger
 from hightide.runtime.service import common_parser, parse_common, run_service
@@ -151,6 +151,7 @@ class Canary:
         availability_window_ms: int,
         summary_interval_ms: int,
         topic_management_interval_ms: int,
+        record_events: bool = True,
     ) -> None:
         assert rate > 0, rate
         self.conn = conn
@@ -160,6 +161,8 @@ class Canary:
         self.producer_config = producer_config
         self.metrics = metrics
         self.events = events
+        # Each record's SendInvoked, SendCompleted and RecordsConsumed, for the audit (or none: summaries only).
+        self.record_events: EventSink = events if record_events else NullEventSink()
         self.log = log
         self.incarnation = incarnation
         self.stopping = asyncio.Event()
@@ -353,11 +356,11 @@ class Canary:
         except ProduceFailed as error:  # never sent (no metadata, or buffer.memory full for max.block.ms)
             self._failed(partition, sequence, error.error_code)
             return
-        send_invoked(self.events, future, None, value)
+        send_invoked(self.record_events, future, None, value)
         future.add_done_callback(lambda done: self._on_sent(done, sequence, value))
 
     def _on_sent(self, future: RecordFuture, sequence: int, value: str) -> None:
-        send_completed(self.events, future, value)
+        send_completed(self.record_events, future, value)
         partition = future.partition
         error = future.exception()
         if error is not None:
@@ -395,7 +398,7 @@ class Canary:
                 await self._pause(RETRY_BACKOFF_S)
                 continue
             if records:
-                records_consumed(self.events, records)
+                records_consumed(self.record_events, records)
                 now_ms = _wall_ms()
                 for record in records:
                     self._on_read(record, now_ms)
@@ -519,6 +522,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--availability-window-ms", type=int, default=10_000)
     parser.add_argument("--summary-interval-ms", type=int, default=10_000)
     parser.add_argument("--topic-management-interval-ms", type=int, default=30_000)
+    parser.add_argument(
+        "--events",
+        choices=("records", "summary"),
+        default="records",
+        help="records: every send and read as the clients' events, for the audit (3 events per record); "
+        "summary: only CanarySummary",
+    )
     return parser
 
 
@@ -584,6 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             availability_window_ms=args.availability_window_ms,
             summary_interval_ms=args.summary_interval_ms,
             topic_management_interval_ms=args.topic_management_interval_ms,
+            record_events=args.events == "records",
         )
         return _WithEvents(canary, pipeline, log)
 
