@@ -245,10 +245,10 @@ def test_the_canary_sees_an_unclean_election_rewind_the_log_and_the_audit_names_
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
     """The canary can fail: a partition whose ISR has died elects, uncleanly, a replica that missed acknowledged
-    records. The canary had read those records already, so it cannot call them lost; what it sees is its
-    position beyond the new leader's log end, the reset to the log start, and records read a second time
-    (duplicated). The audit names the loss itself (acknowledged offsets that now hold other records), attributed
-    to the unclean election: Kafka's promise does not cover it."""
+    records. The canary's consumer finds its position beyond the new leader's log end, starts over from the log
+    start and reads its records again (duplicated), and then, at offsets whose acknowledged records the new leader
+    never had, other records: those acknowledged records are lost. The audit names the same loss, attributed to the
+    unclean election (Kafka's promise does not cover it)."""
     port = free_port()
     log = tmp_path / "canary.log"
     canary = start_canary(cluster, port, log)
@@ -278,11 +278,17 @@ def test_the_canary_sees_an_unclean_election_rewind_the_log_and_the_audit_names_
         cluster.start_broker(follower)
         wait_for(lambda: len(active_brokers(cluster)) == 3, 60, "the killed brokers back")
         wait_for(lambda: all(outbox_adopted(cluster, b) for b in (leader, follower, stale)), 60, "outboxes relayed")
-        # then the canary, reset to the log start, reads its own records again.
+        # then the canary, reset to the log start, reads its own records again, and finds the acknowledged ones
+        # the new leader lacked replaced by later records.
         wait_for(
             lambda: per_partition(scrape(port), "hightide_canary_records_duplicated_total").get(0, 0) > 0,
             60,
             "records read a second time",
+        )
+        wait_for(
+            lambda: per_partition(scrape(port), "hightide_canary_records_lost_total").get(0, 0) > 0,
+            60,
+            "acknowledged records found lost",
         )
     finally:
         canary.send_signal(signal.SIGTERM)

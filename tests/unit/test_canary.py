@@ -15,6 +15,7 @@ from hightide.core.canary import (
     DelayWindow,
     InvalidCanaryValue,
     PartitionTracker,
+    Reading,
     Verdict,
     monitor_topic_shape,
     preferred_leader_gaps,
@@ -174,3 +175,38 @@ def test_every_live_broker_gets_a_partition_it_leads() -> None:
     assert preferred_leader_gaps([1, 2, 3, 4], [1, 2, 3, 1]) == [4]
     assert replicas_led_by(4, [1, 2, 3, 4], 3) == (4, 1, 2)
     assert replicas_led_by(2, [1, 2, 3], 2) == (2, 3)
+
+
+def test_another_record_at_an_acknowledged_offset_shows_the_acknowledged_one_lost() -> None:
+    """Given 0..2 acknowledged at offsets 10..12 and read, when the log is rewound (an unclean election) and the
+    consumer, reset, finds sequence 5 at offset 11, then the record acknowledged at 11 is lost, once; sequence 0
+    read again at its own offset 10 is a duplicate and nothing more."""
+    tracker = PartitionTracker(INCARNATION, 0)
+    for sequence in range(3):
+        tracker.acknowledged(sequence, offset=10 + sequence)
+        tracker.read(value(sequence), 1_000, offset=10 + sequence)
+    again = tracker.read(value(0), 2_000, offset=10)
+    assert (again.verdict, again.lost) == (Verdict.DUPLICATE, 0)
+    taken = tracker.read(value(5), 2_000, offset=11)
+    assert (taken.verdict, taken.lost) == (Verdict.AHEAD, 1)  # 3 and 4 had no outcome: only offset 11's loss
+    assert tracker.read(value(5), 2_000, offset=11).lost == 0  # read again: counted once
+    assert tracker.lost == 1
+
+
+def test_a_record_that_is_no_canarys_at_an_acknowledged_offset_shows_it_lost_too() -> None:
+    tracker = PartitionTracker(INCARNATION, 0)
+    tracker.acknowledged(0, offset=7)
+    assert tracker.read(value(0, incarnation="other"), 1_000, offset=7) == Reading(Verdict.FOREIGN, 1, -1)
+    assert tracker.read(None, 1_000, offset=8) == Reading(Verdict.FOREIGN, 0, -1)
+    assert (tracker.lost, tracker.consumed) == (1, 0)
+
+
+def test_a_second_acknowledgement_of_an_offset_shows_the_first_record_lost() -> None:
+    """The producer's view of a rewound log: sequence 1 was acknowledged at offset 11, and after the rewind
+    sequence 7 is acknowledged at offset 11 too, before the consumer gets there."""
+    tracker = PartitionTracker(INCARNATION, 0)
+    tracker.acknowledged(1, offset=11)
+    assert tracker.acknowledged(1, offset=11) == 0  # the same record, told twice
+    assert tracker.acknowledged(7, offset=11) == 1
+    assert tracker.read(value(7), 1_000, offset=11).lost == 0  # the record now there is the one acknowledged last
+    assert tracker.lost == 1

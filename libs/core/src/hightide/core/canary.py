@@ -21,7 +21,10 @@ The consumer's reads are classified against the next sequence it expects (`next_
 
 A sequence passed over is *lost* when the producer acknowledged it, whether the acknowledgement came before the
 read that passed it or after: an acknowledged acks=all record the consumer never gets is Kafka's broken promise.
-One the producer failed is not lost (it was never promised); one without an outcome yet waits for it. (Xinfra's
+One the producer failed is not lost (it was never promised); one without an outcome yet waits for it. And an
+acknowledged record is lost when another record turns up at its offset (the acknowledgement names the offset):
+read there by the consumer, or acknowledged there by the producer. After an unclean election the new leader's log
+may lack records the canary had acknowledged (and read); later records take their offsets. (Xinfra's
 ConsumeService counts every gap as lost and every lower index as duplicated; the canary knows its sends' outcomes,
 so it tells a broken promise from a send that failed in plain sight, and a late record from a duplicate.)
 
@@ -43,6 +46,7 @@ from hightide.core.clock import MonoMs, WallMs
 
 VALUE_SEPARATOR: Final = ":"
 TRACKED_SEQUENCES_MAX: Final = 100_000
+TRACKED_OFFSETS_MAX: Final = 10_000  # the latest acknowledged offsets kept to compare reads against
 INCARNATION_CHARACTERS_MAX: Final = 32
 
 
@@ -87,8 +91,8 @@ class Verdict(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """What one read record says: its verdict, how many acknowledged sequences it showed lost (passed over), and
-    its end-to-end delay (read time minus send time; -1 for a foreign record)."""
+    """What one read record says: its verdict, how many acknowledged records it showed lost (passed over, or
+    replaced at their offset), and its end-to-end delay (read time minus send time; -1 for a foreign record)."""
 
     verdict: Verdict
     lost: int
@@ -126,6 +130,34 @@ class _Bounded:
         return len(self._items)
 
 
+class _BoundedOffsets:
+    """Acknowledged offset -> sequence, holding at most `limit`; adding past it forgets the oldest."""
+
+    __slots__ = ("_items", "limit")
+
+    def __init__(self, limit: int) -> None:
+        assert limit > 0, limit
+        self._items: dict[int, int] = {}
+        self.limit = limit
+
+    def put(self, offset: int, sequence: int) -> int | None:
+        """Hold `offset` as acknowledged for `sequence`; the other sequence acknowledged there before, if any."""
+        before = self._items.pop(offset, None)
+        self._items[offset] = sequence
+        while len(self._items) > self.limit:
+            del self._items[next(iter(self._items))]
+        return before if before != sequence else None
+
+    def replaced(self, offset: int, sequence: int | None) -> int | None:
+        """The sequence acknowledged at `offset` if it is not `sequence` (None: not a record of ours), else None;
+        a replaced offset is forgotten, so each replacement counts once."""
+        acknowledged = self._items.get(offset)
+        if acknowledged is None or acknowledged == sequence:
+            return None
+        del self._items[offset]
+        return acknowledged
+
+
 @dataclass(slots=True)
 class PartitionTracker:
     """One partition's sequences of one canary incarnation (see the module docstring's table)."""
@@ -142,8 +174,10 @@ class PartitionTracker:
     _failed: _Bounded = field(init=False)  # failed, not yet read nor passed over
     _passed: _Bounded = field(init=False)  # passed over, no outcome yet
     _lost: _Bounded = field(init=False)  # passed over and acknowledged: lost (unless they turn up late)
+    _offsets: _BoundedOffsets = field(init=False)  # acknowledged offset -> its sequence
 
     def __post_init__(self) -> None:
+        self._offsets = _BoundedOffsets(TRACKED_OFFSETS_MAX)
         self._acknowledged = _Bounded(self.tracked_sequences_max)
         self._failed = _Bounded(self.tracked_sequences_max)
         self._passed = _Bounded(self.tracked_sequences_max)
@@ -158,16 +192,29 @@ class PartitionTracker:
         """Sequences the consumer passed over whose send outcome is not known yet."""
         return len(self._passed)
 
-    def acknowledged(self, sequence: int) -> int:
-        """The producer acknowledged `sequence`: how many records this shows lost (1 if it was passed over)."""
+    def acknowledged(self, sequence: int, offset: int = -1) -> int:
+        """The producer acknowledged `sequence` (at `offset`, -1 if unknown): how many records this shows lost: the
+        one acknowledged before at the same offset (the log was rewound under it), and this one if the consumer
+        passed it over."""
         assert sequence >= 0, sequence
+        replaced = self._offsets.put(offset, sequence) if offset >= 0 else None
+        lost = 0 if replaced is None else self._lose(replaced)
         if self._passed.discard(sequence):
             self._lost.add(sequence)
-            self.lost += 1
-            return 1
-        if sequence >= self.next_sequence:
+            lost += 1
+        elif sequence >= self.next_sequence:
             self._acknowledged.add(sequence)
-        return 0
+        self.lost += lost
+        return lost
+
+    def _lose(self, sequence: int) -> int:
+        """`sequence`, acknowledged, is known lost (another record holds its offset): 1, unless it was already."""
+        if sequence in self._lost:
+            return 0
+        self._acknowledged.discard(sequence)
+        self._passed.discard(sequence)
+        self._lost.add(sequence)
+        return 1
 
     def failed(self, sequence: int) -> None:
         """The producer failed `sequence` (never acknowledged): a gap there is explained."""
@@ -175,20 +222,25 @@ class PartitionTracker:
         if not self._passed.discard(sequence) and sequence >= self.next_sequence:
             self._failed.add(sequence)
 
-    def read(self, value: CanaryValue, now_ms: WallMs) -> Reading:
-        """The consumer read `value` at `now_ms`: the wall clock, as `value.send_ms` (the sender may be another
-        process; a skewed or stepped clock skews the delay, never the verdict)."""
-        if value.incarnation != self.incarnation or value.partition != self.partition:
-            return Reading(Verdict.FOREIGN, 0, -1)
+    def read(self, value: CanaryValue | None, now_ms: WallMs, offset: int = -1) -> Reading:
+        """The consumer read `value` (None: a record that is no canary's) at `offset` and `now_ms`: the wall
+        clock, as `value.send_ms` (the sender may be another process; a skewed or stepped clock skews the delay,
+        never the verdict)."""
+        ours = value is not None and value.incarnation == self.incarnation and value.partition == self.partition
+        gone = self._offsets.replaced(offset, value.sequence if value is not None and ours else None)
+        replaced = 0 if gone is None else self._lose(gone)
+        self.lost += replaced
+        if value is None or not ours:
+            return Reading(Verdict.FOREIGN, replaced, -1)
         delay_ms = max(now_ms - value.send_ms, 0)
         sequence = value.sequence
         self.consumed += 1
         if sequence < self.next_sequence:
             if self._passed.discard(sequence) or self._lost.discard(sequence):
                 self.reordered += 1
-                return Reading(Verdict.LATE, 0, delay_ms)
+                return Reading(Verdict.LATE, replaced, delay_ms)
             self.duplicated += 1
-            return Reading(Verdict.DUPLICATE, 0, delay_ms)
+            return Reading(Verdict.DUPLICATE, replaced, delay_ms)
         # A gap wider than the tracked sequences is looked at only in its last tracked_sequences_max sequences.
         first = max(self.next_sequence, sequence - self.tracked_sequences_max)
         lost = self._pass_over_untracked(first) if first > self.next_sequence else 0
@@ -197,7 +249,7 @@ class PartitionTracker:
         self._failed.discard(sequence)
         verdict = Verdict.IN_ORDER if sequence == self.next_sequence else Verdict.AHEAD
         self.next_sequence = sequence + 1
-        return Reading(verdict, lost, delay_ms)
+        return Reading(verdict, lost + replaced, delay_ms)
 
     def _pass_over_untracked(self, first: int) -> int:
         """Pass over next_sequence..first-1 by what is held of them (at most tracked_sequences_max each): the

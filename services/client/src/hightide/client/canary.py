@@ -371,7 +371,7 @@ class Canary:
         self.totals["acknowledged"] += 1
         self.produce_windows[partition].record(_mono_ms(), True)
         self._last_acknowledged[partition] = max(sequence, self._last_acknowledged.get(partition, -1))
-        lost = self.trackers[partition].acknowledged(sequence)
+        lost = self.trackers[partition].acknowledged(sequence, future.result().offset)
         self._count_lost(partition, lost)
 
     def _failed(self, partition: int, sequence: int, code: ErrorCode) -> None:
@@ -407,19 +407,20 @@ class Canary:
         return all(self.trackers[p].next_sequence > last for p, last in self._last_acknowledged.items())
 
     def _on_read(self, record: ConsumerRecord, now_ms: WallMs) -> None:
-        tracker = self.trackers.get(record.partition)
+        partition = record.partition
+        tracker = self.trackers.get(partition)
         try:
-            value = CanaryValue.decode((record.value or b"").decode(errors="replace"))
+            value: CanaryValue | None = CanaryValue.decode((record.value or b"").decode(errors="replace"))
         except InvalidCanaryValue:
             value = None
-        if tracker is None or value is None:
+        if tracker is None:
             self.metrics.foreign.inc()
             return
-        reading = tracker.read(value, now_ms)
-        if reading.verdict is Verdict.FOREIGN:
+        reading = tracker.read(value, now_ms, record.offset)
+        self._count_lost(partition, reading.lost)  # a foreign record too may stand where an acknowledged one was
+        if reading.verdict is Verdict.FOREIGN or value is None:
             self.metrics.foreign.inc()
             return
-        partition = record.partition
         self.metrics.consumed.labels(partition=partition).inc()
         self.consume_windows[partition].record(_mono_ms(), True)
         self.metrics.delay_ms.observe(reading.delay_ms)
@@ -430,7 +431,6 @@ class Canary:
         elif reading.verdict is Verdict.LATE:
             self.metrics.reordered.labels(partition=partition).inc()
             self.log.warning("canary_record_reordered", partition=partition, sequence=value.sequence)
-        self._count_lost(partition, reading.lost)
 
     def _count_lost(self, partition: int, lost: int) -> None:
         if lost == 0:
