@@ -557,7 +557,7 @@ def _check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) 
             state = LocalCluster(args.data_dir).read_state()
             if state is not None:
                 args.nats_url = state.nats_url
-                args.cluster_id = args.cluster_id or state.cluster_id
+                args.cluster_id = args.cluster_id or os.environ.get("HIGHTIDE_CLUSTER_ID") or state.cluster_id
 
 
 def main(argv: Sequence[str] | None = None) -> int:
