@@ -275,9 +275,8 @@ class PartitionTracker:
 
 class AvailabilityWindow:
     """Outcomes (success or not) of the last `window_ms` (at most `samples_max` of them): the fraction that
-        succeeded, Xinfra's `produce-availability-avg` / `consume-availability-avg` over a sliding window, on the
-    monotonic clock (a window is a duration on one process). An empty
-        window is 1.0 only when nothing was asked of it; a caller that attempted something sees its outcome."""
+    succeeded, Xinfra's `produce-availability-avg` / `consume-availability-avg` over a sliding window, on the
+    monotonic clock (a window is a duration on one process). An empty window is 1.0: nothing was asked of it."""
 
     def __init__(self, window_ms: int, samples_max: int = 100_000) -> None:
         assert window_ms > 0 and samples_max > 0, (window_ms, samples_max)
