@@ -828,3 +828,28 @@ class PartitionReassignmentCancelled(Event):
     leader_epoch: Int32
     controller_epoch: Int32 = NO_CONTROLLER_EPOCH
     metadata_offset: Int64 = NO_METADATA_OFFSET
+
+
+# -- issue 13, the canary client service: its periodic summary ------------------------------------------------------
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CanarySummary(Event):
+    """The canary (`hightide canary`, like Xinfra Monitor) summed up its checks so far, once per summary interval
+    and when it stops: records sent to its monitor `topic` (`records_produced`), acknowledged, failed
+    (`produce_errors`), read back (`records_consumed`), and of those read, how many acknowledged records it saw
+    passed over (`records_lost`), read twice (`records_duplicated`) or out of order (`records_reordered`); the
+    99th percentile end-to-end delay of its recent reads (-1 before any). Its records' own SendInvoked,
+    SendCompleted and RecordsConsumed events carry the detail the audit checks."""
+
+    topic: str
+    partitions: Int32
+    records_produced: Int64
+    records_acknowledged: Int64
+    produce_errors: Int64
+    records_consumed: Int64
+    records_lost: Int64
+    records_duplicated: Int64
+    records_reordered: Int64
+    delay_ms_p99: Int64

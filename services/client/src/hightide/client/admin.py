@@ -69,10 +69,13 @@ class Admin:
             return wire.TopicResult(name=name, error=answer.error, message=answer.message)
         return answer.topics[0]
 
-    async def create_partitions(self, name: str, count: int) -> wire.CreatePartitionsResponse:
+    async def create_partitions(
+        self, name: str, count: int, assignments: tuple[tuple[int, ...], ...] | None = None
+    ) -> wire.CreatePartitionsResponse:
+        """Grow the topic to `count` partitions; `assignments` (one replica list per new partition) places them."""
         return await self._call(
             ControllerApi.CREATE_PARTITIONS,
-            wire.CreatePartitionsRequest(topic=name, count=count),
+            wire.CreatePartitionsRequest(topic=name, count=count, assignments=assignments),
             wire.CreatePartitionsResponse,
         )
 

@@ -88,6 +88,7 @@ def cluster_up(args: argparse.Namespace) -> int:
         cluster_id=cluster_id,
         config=args.config or [],
         nats_url=args.nats_url,
+        canary=args.canary,
     )
     print(f"starting a local cluster: {state.nats_url}, {args.controllers} controller(s), {args.brokers} broker(s)")
     status = asyncio.run(_wait_ready(state.nats_url, state.cluster_id, args.brokers, args.timeout))
@@ -186,6 +187,10 @@ def _print_status(cluster: LocalCluster, status: wire.DescribeClusterResponse, o
     if state is not None and state.archiver is not None:
         exited = "" if pid_alive(state.archiver) else " (exited)"
         print(f"Archiver: {cluster.lake}\tPid: {state.archiver}{exited}", file=out)
+    if state is not None and state.canary is not None:  # issue 13: `cluster up --canary`
+        exited = "" if pid_alive(state.canary) else " (exited)"
+        metrics = f"http://127.0.0.1:{state.canary_http_port}/metrics"
+        print(f"Canary: {metrics}\tPid: {state.canary}{exited}", file=out)
 
 
 def cluster_start_broker(args: argparse.Namespace) -> int:
