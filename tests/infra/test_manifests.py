@@ -231,8 +231,11 @@ def _docker_compose_answers() -> bool:
     docker = shutil.which("docker")
     if docker is None:
         return False
-    info = subprocess.run([docker, "info"], capture_output=True, timeout=20, check=False)
-    compose = subprocess.run([docker, "compose", "version"], capture_output=True, timeout=20, check=False)
+    try:
+        info = subprocess.run([docker, "info"], capture_output=True, timeout=20, check=False)
+        compose = subprocess.run([docker, "compose", "version"], capture_output=True, timeout=20, check=False)
+    except subprocess.TimeoutExpired:  # an engine that does not answer in time does not answer
+        return False
     return info.returncode == 0 and compose.returncode == 0
 
 
