@@ -10,6 +10,7 @@ complete at once unless `hold_appends` is set, so a test can look at the state b
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 from uuid import UUID
 
 from hightide.core.clock import MonoMs, Now, WallMs
@@ -31,6 +32,7 @@ WALL0 = 1_700_000_000_000
 SESSION_MS = 10_000
 REBALANCE_MS = 30_000
 TOPIC = "orders"
+Ev = TypeVar("Ev", bound=events.Event)
 
 
 def now_at(mono_ms: int) -> Now:
@@ -76,6 +78,14 @@ class GroupShell:
         """Time passes; whatever fell due fires (the shell's timer)."""
         self.mono_ms += ms
         self.carry_out(self.coordinator.poll(self.now))
+
+    def advance_until_answered(self, *request_ids: int, step_ms: int = 1_000, steps_max: int = 100) -> None:
+        """Time passes in steps until every request is answered (a join phase ending); bounded."""
+        for _ in range(steps_max):
+            if all(r in self.answers for r in request_ids):
+                return
+            self.advance(step_ms)
+        raise AssertionError(f"requests {request_ids} unanswered after {steps_max * step_ms} ms")
 
     def carry_out(self, effects: list[GroupEffect]) -> None:
         for effect in effects:
@@ -243,5 +253,5 @@ class GroupShell:
         assert answer.error_code is ErrorCode.MEMBER_ID_REQUIRED, answer
         return answer.member_id
 
-    def events_of(self, kind: type[events.E2]) -> list[events.E2]:
+    def events_of(self, kind: type[Ev]) -> list[Ev]:
         return [e for e in self.events if isinstance(e, kind)]

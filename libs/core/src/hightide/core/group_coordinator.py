@@ -629,7 +629,8 @@ class GroupCoordinator:
         group.members[member_id] = member
         if request.group_instance_id is not None:
             group.static_members[request.group_instance_id] = member_id
-        if group.initial_delay is not None:
+        if group.initial_delay is not None and group.generation_id == 0:
+            # Kafka extends the initial delay only for a group's very first generation (`newMemberAdded`).
             group.initial_delay.member_added = True
         out: list[GroupEffect] = [
             Emit(
@@ -890,8 +891,9 @@ class GroupCoordinator:
         out = self._remove_member(group, member, reason)
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             out += self._prepare_rebalance(group, f"member {member.member_id} left ({reason})", now)
-        elif group.state is GroupState.PREPARING_REBALANCE:
-            out += self._try_complete_join(group, now)
+        # Like Kafka's join purgatory, which tries a new DelayedJoin at once: with no member left to wait for, the
+        # join phase ends now.
+        out += self._try_complete_join(group, now)
         return out
 
     # -- SyncGroup ----------------------------------------------------------------------------------------------
