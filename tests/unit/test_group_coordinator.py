@@ -691,3 +691,21 @@ def test_next_deadline_is_the_earliest_session_or_join_phase_end() -> None:
     assert shell.coordinator.next_deadline_ms() == shell.mono_ms + INITIAL_DELAY_MS
     shell.advance(INITIAL_DELAY_MS)
     assert shell.coordinator.next_deadline_ms() == shell.mono_ms + SESSION_MS
+
+
+def test_a_new_generation_waits_for_a_commit_accepted_in_the_current_one() -> None:
+    """Kafka appends a commit's records before the next generation's, under the group lock; here the append is
+    asynchronous, so the join phase waits for it: the commit never lands in a generation it was not checked in."""
+    shell = GroupShell.leading_all()
+    [a] = stable_group(shell, 1)
+    b = shell.new_member(G)
+    join_b = shell.join(G, b)
+    shell.hold_appends = True
+    commit = shell.commit(G, {0: 5}, member_id=a, generation=1)  # allowed while preparing the rebalance
+    join_a = shell.join(G, a)  # every member rejoined, but the commit is in flight
+    assert join_a not in shell.answers and join_b not in shell.answers
+    shell.release()
+    assert shell.commit_errors(commit) == {ErrorCode.NONE}
+    assert shell.join_response(join_a).generation_id == 2
+    kinds = [type(e) for e in shell.events]
+    assert kinds.index(events.OffsetsCommitted) < len(kinds) - 1 - kinds[::-1].index(events.GroupGenerationStarted)

@@ -205,6 +205,7 @@ class _Group:
     static_members: dict[str, str] = field(default_factory=dict)  # group instance id -> member id
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     join_deadline_ms: int | None = None
+    commits_in_flight: int = 0
     initial_delay: _InitialDelay | None = None
     state_timestamp_ms: int = -1
 
@@ -361,7 +362,7 @@ class GroupCoordinator:
             deadline
             for group in self._groups.values()
             for deadline in (
-                group.join_deadline_ms,
+                None if group.commits_in_flight else group.join_deadline_ms,
                 *(m.session_deadline_ms for m in group.members.values()),
                 *group.pending_members.values(),
             )
@@ -813,7 +814,14 @@ class GroupCoordinator:
     def _complete_join(self, group: _Group, now: Now) -> list[GroupEffect]:
         """Kafka's `onCompleteJoin`: dynamic members that did not rejoin are removed (static ones stay, until their
         session expires); a new generation begins, with a leader among the members that joined; every joined
-        member is answered. With no member left the group is Empty, and that generation is persisted."""
+        member is answered. With no member left the group is Empty, and that generation is persisted.
+
+        Not while a commit accepted in the current generation is still being appended: Kafka appends the commit's
+        records to the leader's log under the group's lock, so they always precede the next generation's record;
+        here the append is asynchronous, so the new generation waits for it (and `OffsetsCommitted` always comes
+        before the next `GroupGenerationStarted`)."""
+        if group.commits_in_flight:
+            return []
         out: list[GroupEffect] = []
         for member in [m for m in group.members.values() if m.join_request_id is None and m.group_instance_id is None]:
             out += self._remove_member(group, member, "rebalance_timeout")
@@ -1073,6 +1081,14 @@ class GroupCoordinator:
                 out += self._join_deadline(group, now)
         return out
 
+    def _join_phase_may_end(self, group: _Group, now: Now) -> list[GroupEffect]:
+        """The join phase ends if its deadline passed or every member rejoined (after a commit it waited for)."""
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            return []
+        if group.join_deadline_ms is not None and group.join_deadline_ms <= now.mono_ms:
+            return self._join_deadline(group, now)
+        return self._try_complete_join(group, now)
+
     @staticmethod
     def _keep_alive(group: _Group, member: _Member) -> bool:
         """A member waiting on the coordinator is not expired meanwhile (Kafka's `shouldKeepAlive`): its join is
@@ -1125,6 +1141,7 @@ class GroupCoordinator:
             request_id, group.group_id, request.generation_id, request.member_id, tuple(commit), refused
         )
         append_id = self._new_append(group, pending)
+        group.commits_in_flight += 1
         records_out = tuple(
             GroupRecord(
                 records.encode_key(records.OffsetCommitKey(group.group_id, topic, partition)),
@@ -1348,12 +1365,13 @@ class GroupCoordinator:
         pending = self._appends.pop(append_id, None)
         assert pending is not None, f"append {append_id} is not pending"
         state = self._partitions.get(pending.partition)
-        if error is ErrorCode.NONE and (state is None or state.leader_epoch != pending.leader_epoch):
+        stale = state is None or state.leader_epoch != pending.leader_epoch
+        if error is ErrorCode.NONE and stale:
             # Committed, but this broker stopped coordinating meanwhile: the new coordinator loaded it.
             error = ErrorCode.NOT_COORDINATOR
         what = pending.what
         if isinstance(what, _PendingCommit):
-            return self._commit_done(what, _coordinator_error(error))
+            return self._commit_done(what, _coordinator_error(error), now, stale=stale)
         if isinstance(what, _PendingSync):
             return self._sync_done(what, _coordinator_error(error), now)
         if isinstance(what, _PendingStaticRejoin):
@@ -1371,15 +1389,19 @@ class GroupCoordinator:
             return [AnswerGroup(what.request_id, self._delete_answer(what.results))]
         return []
 
-    def _commit_done(self, what: _PendingCommit, error: ErrorCode) -> list[GroupEffect]:
+    def _commit_done(self, what: _PendingCommit, error: ErrorCode, now: Now, *, stale: bool) -> list[GroupEffect]:
         answers = [wire.OffsetCommitPartitionResponse(topic=t, partition=p, error=int(e)) for t, p, e in what.refused]
         answers += [
             wire.OffsetCommitPartitionResponse(topic=t, partition=p, error=int(error)) for (t, p), _ in what.offsets
         ]
         answer = AnswerGroup(what.request_id, wire.OffsetCommitResponse(partitions=tuple(answers)))
         group = self._groups.get(what.group_id)
-        if error is not ErrorCode.NONE or group is None:
-            return [answer]
+        if group is None or stale:
+            return [answer]  # the group was unloaded (and perhaps loaded again: this append is not its to count)
+        group.commits_in_flight -= 1
+        assert group.commits_in_flight >= 0, group.group_id
+        if error is not ErrorCode.NONE:
+            return [answer, *self._join_phase_may_end(group, now)]
         group.offsets.update(dict(what.offsets))
         event = events.OffsetsCommitted(
             group_id=what.group_id,
@@ -1389,7 +1411,7 @@ class GroupCoordinator:
             partitions=tuple(p for (_, p), _ in what.offsets),
             offsets=tuple(c.offset for _, c in what.offsets),
         )
-        return [Emit(event), answer]
+        return [Emit(event), answer, *self._join_phase_may_end(group, now)]
 
     def _sync_done(self, what: _PendingSync, error: ErrorCode, now: Now) -> list[GroupEffect]:
         group = self._groups.get(what.group_id)
