@@ -674,3 +674,33 @@ class DeletableGroupResult(Wire):
 
 class DeleteGroupsResponse(Response):
     results: Annotated[tuple[DeletableGroupResult, ...], Field(max_length=GROUPS_PER_REQUEST_MAX)] = ()
+
+
+REQUEST_OF.update(
+    {
+        BrokerApi.FIND_COORDINATOR: FindCoordinatorRequest,
+        BrokerApi.JOIN_GROUP: JoinGroupRequest,
+        BrokerApi.SYNC_GROUP: SyncGroupRequest,
+        BrokerApi.HEARTBEAT: HeartbeatRequest,
+        BrokerApi.LEAVE_GROUP: LeaveGroupRequest,
+        BrokerApi.OFFSET_COMMIT: OffsetCommitRequest,
+        BrokerApi.OFFSET_FETCH: OffsetFetchRequest,
+        BrokerApi.LIST_GROUPS: ListGroupsRequest,
+        BrokerApi.DESCRIBE_GROUPS: DescribeGroupsRequest,
+        BrokerApi.DELETE_GROUPS: DeleteGroupsRequest,
+    }
+)
+RESPONSE_OF.update(
+    {
+        BrokerApi.FIND_COORDINATOR: FindCoordinatorResponse,
+        BrokerApi.JOIN_GROUP: JoinGroupResponse,
+        BrokerApi.SYNC_GROUP: SyncGroupResponse,
+        BrokerApi.HEARTBEAT: HeartbeatResponse,
+        BrokerApi.LEAVE_GROUP: LeaveGroupResponse,
+        BrokerApi.OFFSET_COMMIT: OffsetCommitResponse,
+        BrokerApi.OFFSET_FETCH: OffsetFetchResponse,
+        BrokerApi.LIST_GROUPS: ListGroupsResponse,
+        BrokerApi.DESCRIBE_GROUPS: DescribeGroupsResponse,
+        BrokerApi.DELETE_GROUPS: DeleteGroupsResponse,
+    }
+)

@@ -30,6 +30,15 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from hightide.broker.groups import (
+    GroupSettings,
+    append_outcome,
+    append_request,
+    find_coordinator,
+    leadership_changes,
+    led_offsets_partitions,
+    read_partition,
+)
 from hightide.broker.storage import DiskStorage
 from hightide.core.clock import MonoMs, Now, WallMs
 from hightide.core.effects import (
@@ -44,9 +53,18 @@ from hightide.core.effects import (
     SendFetch,
     StorageEffect,
 )
+from hightide.core.group_coordinator import (
+    AnswerGroup,
+    AppendGroupRecords,
+    GroupCoordinator,
+    GroupCoordinatorConfig,
+    GroupEffect,
+    LoadGroupPartition,
+)
 from hightide.core.metadata_image import MetadataImage
 from hightide.core.partition import PartitionConfig
 from hightide.core.replica_manager import (
+    LogReadError,
     ReplicaManager,
     ReplicaManagerConfig,
     StorageOutcome,
@@ -94,6 +112,8 @@ class BrokerSettings:
     log_retention_check_interval_ms: int = 300_000
     controller_request_timeout_ms: int = 5_000
     controlled_shutdown_timeout_ms: int = 30_000
+    groups: GroupSettings = field(default_factory=GroupSettings)
+    group_coordinator: GroupCoordinatorConfig = field(default_factory=GroupCoordinatorConfig)
 
     def manager_config(self, fetch_response_bytes_max: int) -> ReplicaManagerConfig:
         return ReplicaManagerConfig(
@@ -168,6 +188,7 @@ class BrokerService:
             ),
             BrokerApi.METADATA: lambda msg, _: self.manager.metadata(wire.decode(wire.MetadataRequest, msg.data)),
         }
+        self._init_groups()
 
     @property
     def ready(self) -> bool:
@@ -345,6 +366,7 @@ class BrokerService:
                 effects = self.manager.tick(at)
                 self.storage.flush_due(at.wall_ms)
             self._carry_out(effects, at)
+            self._groups_after_input(at, tick=kind == "tick")
             self.events.flush()  # the events of what just happened are in the outbox before any answer leaves
             await self._deliver()
             await self._join_client_metadata()
@@ -427,6 +449,8 @@ class BrokerService:
             case Emit(event=event):
                 self.events.emit(event)
                 self._count_isr_change(event)
+            case AnswerProduce(request_id=request_id, response=response) if request_id in self._group_appends:
+                self._append_results.append((self._group_appends.pop(request_id), append_outcome(response)))
             case AnswerProduce(request_id=request_id, response=response):
                 msg, _ = self._requests.pop(request_id)
                 self._outgoing.append((msg, response))
@@ -483,6 +507,135 @@ class BrokerService:
                 new_isr=list(message.new_isr),
             )
         await self.inbox.put("alter_partition_response", _AlterPartitionDone(message, answer))
+
+    # -- the group coordinator (issue 13): hightide.broker.groups translates, the core decides ---------------------
+
+    def _init_groups(self) -> None:
+        self.coordinator = GroupCoordinator(self.id, self.settings.group_coordinator)
+        self._group_requests: dict[int, Msg] = {}  # group request id -> its message
+        self._group_appends: dict[int, int] = {}  # produce request id -> the coordinator's append id
+        self._append_results: list[tuple[int, ErrorCode]] = []
+        self._offsets_leadership: dict[int, int] = {}  # what the coordinator was told: partition -> leader epoch
+        self._creating_offsets_topic = False
+        self._handlers.update(
+            {
+                BrokerApi.FIND_COORDINATOR: self._on_find_coordinator,
+                BrokerApi.JOIN_GROUP: lambda msg, at: self._group_request(
+                    msg,
+                    at,
+                    lambda rid: self.coordinator.on_join_group(
+                        rid, wire.decode(wire.JoinGroupRequest, msg.data), str(uuid.uuid4()), at
+                    ),
+                ),
+                BrokerApi.SYNC_GROUP: lambda msg, at: self._group_request(
+                    msg,
+                    at,
+                    lambda rid: self.coordinator.on_sync_group(rid, wire.decode(wire.SyncGroupRequest, msg.data), at),
+                ),
+                BrokerApi.HEARTBEAT: lambda msg, at: self._group_request(
+                    msg,
+                    at,
+                    lambda rid: self.coordinator.on_heartbeat(rid, wire.decode(wire.HeartbeatRequest, msg.data), at),
+                ),
+                BrokerApi.LEAVE_GROUP: lambda msg, at: self._group_request(
+                    msg,
+                    at,
+                    lambda rid: self.coordinator.on_leave_group(rid, wire.decode(wire.LeaveGroupRequest, msg.data), at),
+                ),
+                BrokerApi.OFFSET_COMMIT: lambda msg, at: self._group_request(
+                    msg,
+                    at,
+                    lambda rid: self.coordinator.on_offset_commit(
+                        rid, wire.decode(wire.OffsetCommitRequest, msg.data), at
+                    ),
+                ),
+                BrokerApi.DELETE_GROUPS: lambda msg, at: self._group_request(
+                    msg,
+                    at,
+                    lambda rid: self.coordinator.on_delete_groups(
+                        rid, wire.decode(wire.DeleteGroupsRequest, msg.data), at
+                    ),
+                ),
+                BrokerApi.OFFSET_FETCH: lambda msg, _: self.coordinator.on_offset_fetch(
+                    wire.decode(wire.OffsetFetchRequest, msg.data)
+                ),
+                BrokerApi.LIST_GROUPS: lambda msg, _: self.coordinator.on_list_groups(
+                    wire.decode(wire.ListGroupsRequest, msg.data)
+                ),
+                BrokerApi.DESCRIBE_GROUPS: lambda msg, _: self.coordinator.on_describe_groups(
+                    wire.decode(wire.DescribeGroupsRequest, msg.data)
+                ),
+            }
+        )
+
+    def _group_request(self, msg: Msg, at: Now, call: Callable[[int], list[GroupEffect]]) -> list[Effect]:
+        """A group request the coordinator may answer later: its message is kept under a request id."""
+        request_id = next(self._request_ids)
+        effects = call(request_id)  # decodes first: a bad body raises InvalidRequest before the id is kept
+        self._group_requests[request_id] = msg
+        self._carry_out_groups(effects, at)
+        return []
+
+    def _on_find_coordinator(self, msg: Msg, at: Now) -> wire.Response:
+        del at
+        answer, create = find_coordinator(
+            self.image, wire.decode(wire.FindCoordinatorRequest, msg.data), self.settings.groups
+        )
+        if create and not self._creating_offsets_topic:
+            self._creating_offsets_topic = True
+            self._spawn(self._create_offsets_topic())
+        return answer
+
+    async def _create_offsets_topic(self) -> None:
+        """Kafka's auto-creation of `__consumer_offsets` on the first FindCoordinator."""
+        body = wire.CreateTopicsRequest(topics=(self.settings.groups.creatable_topic(),))
+        try:
+            answer = await self._controller(ControllerApi.CREATE_TOPICS, body, wire.CreateTopicsResponse)
+            errors = [wire.error_code_of(t.error).name for t in answer.topics]
+            self.log.info("offsets_topic_create", error=answer.error_code.name, topics=errors)
+        except RequestFailed as error:
+            self.log.info("offsets_topic_create_failed", error=error.error_code.name)
+        finally:
+            self._creating_offsets_topic = False
+
+    def _groups_after_input(self, at: Now, *, tick: bool) -> None:
+        """After every input: leadership of `__consumer_offsets` partitions that changed, appends that completed,
+        and on a tick whatever fell due (sessions, join phases)."""
+        led = led_offsets_partitions(self.manager)
+        effects = leadership_changes(self.coordinator, self._offsets_leadership, led, at)
+        self._offsets_leadership = led
+        if tick:
+            effects += self.coordinator.poll(at)
+        self._carry_out_groups(effects, at)
+
+    def _carry_out_groups(self, effects: list[GroupEffect], at: Now) -> None:
+        """The coordinator's effects in order, and the outcomes of its appends as they come back."""
+        queue = list(effects)
+        while queue or self._append_results:
+            if not queue:
+                append_id, error = self._append_results.pop(0)
+                queue = self.coordinator.on_append_done(append_id, error, at)
+                continue
+            effect = queue.pop(0)
+            if isinstance(effect, AnswerGroup):
+                self._outgoing.append((self._group_requests.pop(effect.request_id), effect.response))
+            elif isinstance(effect, Emit):
+                self.events.emit(effect.event)
+            elif isinstance(effect, AppendGroupRecords):
+                request_id = next(self._request_ids)
+                self._group_appends[request_id] = effect.append_id
+                body = append_request(effect, at, self.settings.groups.offsets_commit_timeout_ms)
+                self._carry_out(self.manager.on_produce(request_id, body, at), at)
+            else:
+                assert isinstance(effect, LoadGroupPartition), effect
+                try:
+                    records = read_partition(self.storage, self.manager, effect.partition)
+                except LogReadError as error:
+                    self.log.warning("offsets_load_failed", partition=effect.partition, error=str(error)[:512])
+                    continue
+                loaded = self.coordinator.on_partition_loaded(effect.partition, effect.leader_epoch, records, at)
+                self.log.info("offsets_partition_loaded", partition=effect.partition, records=len(records))
+                queue = loaded + queue
 
     # -- metrics -------------------------------------------------------------------------------------------------
 
