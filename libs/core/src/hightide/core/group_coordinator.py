@@ -681,9 +681,11 @@ class GroupCoordinator:
         now: Now,
     ) -> list[GroupEffect]:
         """KIP-345: a static member rejoining with an unknown member id (it restarted) takes over its instance id:
-        the old member id is fenced. With its protocols unchanged in a Stable group there is no rebalance — it gets
-        the generation and, at its SyncGroup, the assignment it had — once the group's metadata with the new id is
-        persisted; otherwise it rejoins like any member and the group rebalances."""
+        the old member id is fenced. In a Stable group whose chosen protocol stays the same with the new member's
+        protocols there is no rebalance (Kafka's `updateStaticMemberAndRebalance` compares the protocol the next
+        generation would select, not the metadata: a restarted consumer's subscription no longer lists what it
+        owned) — it gets the generation and, at its SyncGroup, the assignment it had — once the group's metadata
+        with the new id is persisted; otherwise it rejoins like any member and the group rebalances."""
         instance_id = request.group_instance_id
         assert instance_id is not None
         old_id = group.static_members[instance_id]
@@ -709,7 +711,7 @@ class GroupCoordinator:
         )
         self._swap_member(group, old_id, replacement)
         out += self._left_and_joined(group, old, replacement)
-        if group.state is GroupState.STABLE and old.same_protocols(protocols):
+        if group.state is GroupState.STABLE and group.select_protocol() == group.protocol:
             append_id = self._new_append(group, _PendingStaticRejoin(request_id, group.group_id, new_member_id, old))
             out.append(self._group_metadata_append(append_id, group, now))
             return out

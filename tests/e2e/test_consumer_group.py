@@ -1,0 +1,182 @@
+"""Three consumers of one group share a 6-partition topic; one is killed with kill -9 and comes back.
+
+Method: `LocalCluster` (nats-server, a controller, three brokers, each a process) and three `hightide consume
+--group` processes, static members (`group.instance.id`) with the sticky assignor, each printing JSON lines to a
+file of its own. Records are produced per partition with `hightide produce --partition P --count N`. The test
+waits (polls with deadlines) until the records are read and committed, kills one consumer with SIGKILL, produces
+more, and checks that the killed member's partitions were taken over within its session timeout, with every
+record read and none read twice (all was committed before the kill). Started again after its session expired, it
+is a new member: the sticky assignor gives it two partitions and moves nothing else. Killed again and restarted
+within its session timeout with its `group.instance.id`, it takes its place back with its own partitions and no
+rebalance. `group describe`, `group list` and `group delete` (refused: the group has members) are read back.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hightide.client.local_cluster import LocalCluster
+from support.cluster_cli import active_brokers, describe, hightide, wait_for
+
+pytestmark = pytest.mark.slow
+
+CONFIG = [
+    "broker.session.timeout.ms=3000",
+    "broker.heartbeat.interval.ms=300",
+    "replica.lag.time.max.ms=1000",
+    "controller.lease.ms=2000",
+    "replica.fetch.backoff.ms=200",
+    "offsets.topic.num.partitions=3",
+    "group.initial.rebalance.delay.ms=1000",
+    "group.min.session.timeout.ms=1000",
+]
+TOPIC = "orders"
+GROUP = "billing"
+PARTITIONS = 6
+PER_ROUND = 10
+SESSION_TIMEOUT_MS = 6_000
+MEMBERS = ("c1", "c2", "c3")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    local = LocalCluster(tmp_path / "cluster")
+    local.up(brokers=3, controllers=1, cluster_id="groups", config=CONFIG)
+    try:
+        wait_for(lambda: len(active_brokers(local)) == 3, 60, "three active brokers")
+        yield local
+    finally:
+        local.down()
+
+
+def start_consumer(cluster: LocalCluster, instance: str, out: Path) -> subprocess.Popen[bytes]:
+    properties = [
+        f"group.instance.id={instance}",
+        "partition.assignment.strategy=sticky",
+        f"session.timeout.ms={SESSION_TIMEOUT_MS}",
+        "heartbeat.interval.ms=500",
+        "auto.commit.interval.ms=500",
+        f"client.id={instance}",
+    ]
+    command = [sys.executable, "-m", "hightide.client.cli", "consume", TOPIC, "--group", GROUP, "--from-beginning"]
+    command += ["--format", "json", "--data-dir", str(cluster.data_dir)]
+    for prop in properties:
+        command += ["--consumer-property", prop]
+    with out.open("ab") as sink:
+        return subprocess.Popen(command, stdout=sink, stderr=subprocess.DEVNULL)
+
+
+def produce_round(cluster: LocalCluster) -> None:
+    for partition in range(PARTITIONS):
+        result = hightide(cluster.data_dir, "produce", TOPIC, "--partition", str(partition), "--count", str(PER_ROUND))
+        assert result.returncode == 0, result.stderr
+
+
+def reads(out: Path) -> list[tuple[int, int]]:
+    """(partition, offset) of every record the consumer printed, in order."""
+    if not out.exists():
+        return []
+    lines = out.read_text().splitlines()
+    return [(r["partition"], r["offset"]) for r in (json.loads(line) for line in lines if line.startswith("{"))]
+
+
+def everything_read(outs: list[Path], rounds: int) -> bool:
+    seen = {read for out in outs for read in reads(out)}
+    return all((p, o) in seen for p in range(PARTITIONS) for o in range(rounds * PER_ROUND))
+
+
+def committed(cluster: LocalCluster) -> dict[int, str]:
+    result = hightide(cluster.data_dir, "group", "describe", GROUP, timeout=60)
+    rows = [line.split() for line in result.stdout.splitlines()[1:] if line.startswith(GROUP)]
+    return {int(row[2]): row[3] for row in rows}
+
+
+def test_a_killed_members_partitions_move_and_a_static_member_gets_its_own_back(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    create = hightide(
+        cluster.data_dir, "topic", "create", TOPIC, "--partitions", str(PARTITIONS), "--replication-factor", "3"
+    )
+    assert create.returncode == 0, create.stderr
+    wait_for(lambda: all(p["Leader"] != "none" for p in describe(cluster, TOPIC)), 30, "leaders")
+    produce_round(cluster)
+    outs = {m: tmp_path / f"{m}.jsonl" for m in MEMBERS}
+    consumers = {m: start_consumer(cluster, m, outs[m]) for m in MEMBERS}
+    try:
+        wait_for(lambda: everything_read(list(outs.values()), 1), 90, "the first round read")
+        wait_for(lambda: all(len({p for p, _ in reads(outs[m])}) == 2 for m in MEMBERS), 60, "two partitions each")
+        wait_for(
+            lambda: committed(cluster) == {p: str(PER_ROUND) for p in range(PARTITIONS)}, 60, "everything committed"
+        )
+        owned = {m: {p for p, _ in reads(outs[m])} for m in MEMBERS}
+        assert set().union(*owned.values()) == set(range(PARTITIONS))
+
+        consumers["c3"].kill()  # kill -9
+        consumers["c3"].wait(timeout=30)
+        killed_at = time.monotonic()
+        produce_round(cluster)
+        wait_for(lambda: everything_read(list(outs.values()), 2), SESSION_TIMEOUT_MS / 1000 + 60, "round two")
+        moved_after_s = time.monotonic() - killed_at
+        # Taken over after the session timeout (the static member sent no LeaveGroup), not much later.
+        assert moved_after_s <= SESSION_TIMEOUT_MS / 1000 + 30
+        all_reads = [read for out in outs.values() for read in reads(out)]
+        assert len(all_reads) == len(set(all_reads)), "a record was read twice though everything was committed"
+        second_round = {p for p, o in reads(outs["c1"]) + reads(outs["c2"]) if o >= PER_ROUND}
+        assert owned["c3"] <= second_round
+
+        # It comes back after its session expired: a new member to the group. The sticky assignor gives it a fair
+        # share and moves nothing else: each survivor keeps what it read in round two but one partition.
+        held = {m: {p for p, o in reads(outs[m]) if o >= PER_ROUND} for m in ("c1", "c2")}
+        consumers["c3"] = start_consumer(cluster, "c3", outs["c3"])
+        produce_round(cluster)
+        wait_for(lambda: everything_read(list(outs.values()), 3), 90, "round three")
+        third = {m: {p for p, o in reads(outs[m]) if o >= 2 * PER_ROUND} for m in MEMBERS}
+        assert len(third["c3"]) == 2
+        for m in ("c1", "c2"):
+            assert third[m] <= held[m] and len(third[m]) == 2, (m, third[m], held[m])
+
+        # kill -9 and back within the session timeout with its group.instance.id: it takes its own place again, with
+        # the partitions it had, and nobody else moves (static membership: no rebalance).
+        wait_for(
+            lambda: committed(cluster) == {p: str(3 * PER_ROUND) for p in range(PARTITIONS)},
+            60,
+            "round three committed",
+        )
+        consumers["c3"].kill()
+        consumers["c3"].wait(timeout=30)
+        consumers["c3"] = start_consumer(cluster, "c3", outs["c3"])
+        produce_round(cluster)
+        wait_for(lambda: everything_read(list(outs.values()), 4), 90, "round four")
+        fourth = {m: {p for p, o in reads(outs[m]) if o >= 3 * PER_ROUND} for m in MEMBERS}
+        assert fourth == third, f"partitions moved: {fourth} after {third}"
+        all_reads = [read for out in outs.values() for read in reads(out)]
+        assert len(all_reads) == len(set(all_reads)), "a record was read twice though everything was committed"
+
+        listed = hightide(cluster.data_dir, "group", "list")
+        assert listed.returncode == 0 and GROUP in listed.stdout.split()
+        described = hightide(cluster.data_dir, "group", "describe", GROUP)
+        assert described.stdout.splitlines()[0].split() == [
+            "GROUP",
+            "TOPIC",
+            "PARTITION",
+            "CURRENT-OFFSET",
+            "LOG-END-OFFSET",
+            "LAG",
+            "CONSUMER-ID",
+            "HOST",
+            "CLIENT-ID",
+        ]
+        refused = hightide(cluster.data_dir, "group", "delete", GROUP)
+        assert refused.returncode == 1 and "NON_EMPTY_GROUP" in refused.stderr
+    finally:
+        for consumer in consumers.values():
+            consumer.terminate()
+        for consumer in consumers.values():
+            consumer.wait(timeout=60)
