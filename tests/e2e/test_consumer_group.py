@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from hightide.client.local_cluster import LocalCluster
+from support.audited import assert_history_clean
 from support.cluster_cli import active_brokers, describe, hightide, wait_for
 
 pytestmark = pytest.mark.slow
@@ -54,6 +55,7 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         yield local
     finally:
         local.down()
+    assert_history_clean(local.lake)
 
 
 def start_consumer(cluster: LocalCluster, instance: str, out: Path) -> subprocess.Popen[bytes]:
