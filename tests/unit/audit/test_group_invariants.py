@@ -142,3 +142,26 @@ def test_the_real_coordinators_history_through_rebalances_and_a_failover_has_no_
         "MemberLeft",
     }
     assert check_group_history(history) == []
+
+
+def test_a_generation_lost_with_its_coordinator_before_the_sync_may_start_again() -> None:
+    # Kafka persists a generation at its sync: a coordinator that dies between the join phase and the sync loses
+    # it, and the next coordinator starts the same number again. Nobody ever got the lost one's assignment.
+    unloaded = events.GroupUnloaded(group_id=G, partition=0, generation_id=1)
+    history: list[events.Event] = [started(1, "a"), synced(1, ("a", 0)), started(2, "a", "b"), unloaded]
+    assert invariants([*history, started(2, "b", "a"), synced(2, ("a", 0), ("b", 1))]) == []
+
+
+def test_a_generation_handed_out_never_starts_again() -> None:
+    unloaded = events.GroupUnloaded(group_id=G, partition=0, generation_id=2)
+    history: list[events.Event] = [started(1, "a"), synced(1, ("a", 0)), started(2, "a"), synced(2, ("a", 0))]
+    assert invariants([*history, unloaded, started(2, "a")]) == ["one_generation_at_a_time"]
+
+
+def test_a_coordinator_loading_less_than_was_handed_out_is_a_violation() -> None:
+    loaded = events.GroupLoaded(
+        group_id=G, partition=0, generation_id=1, state="Stable", members=("a",), offsets_count=0
+    )
+    assert invariants([started(1, "a"), synced(1, ("a", 0)), started(2, "a"), synced(2, ("a", 0)), loaded]) == [
+        "one_generation_at_a_time"
+    ]

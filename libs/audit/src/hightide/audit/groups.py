@@ -8,15 +8,21 @@ every check).
 
 | invariant                  | statement                                                                          |
 | -------------------------- | ---------------------------------------------------------------------------------- |
-| one_generation_at_a_time   | a group's generations start in increasing order, each once: no two coordinators     |
-|                            | (or two rebalances) run the same generation, and none goes back                     |
+| one_generation_at_a_time   | a coordinator starts a group's generations in increasing order, each once; none     |
+|                            | starts at or below a generation already handed out (synced) or loaded, and a new    |
+|                            | coordinator never loads less than was handed out                                    |
 | one_owner_per_partition    | in one generation of a group no partition is assigned to two members, and the       |
 |                            | generation's assignment is decided once                                             |
 | no_stale_commit            | a commit by a group member is accepted only in the group's current generation; a   |
 |                            | commit with no generation only while the group has no members                      |
 
-A deleted group starts again from generation 0 (Kafka's deleted group is a new group), so deletion resets what is
-known of it. A group first seen after the history began (loaded by a coordinator) is known from its `GroupLoaded`.
+A generation becomes durable when its assignment is persisted (`GroupAssignmentSynced`, after the append committed);
+until then it lives only in its coordinator. Like Kafka's, a coordinator that loses the offsets partition between
+a join phase's end and the leader's SyncGroup loses that generation, and the next coordinator starts the same
+number again: no member ever got an assignment or committed in the lost one (commits wait for the sync), so this is
+allowed — after the group was unloaded or loaded, only durable generations count. A deleted group starts again from
+generation 0 (Kafka's deleted group is a new group). A group first seen after the history began is known from its
+`GroupLoaded`.
 """
 
 from __future__ import annotations
@@ -39,9 +45,10 @@ class GroupViolation:
 
 @dataclass(slots=True)
 class _Known:
-    generation_id: int
+    generation_id: int  # the current generation, as its coordinator sees it
     members: tuple[str, ...]
-    started: set[int] = field(default_factory=set)
+    durable: int = NO_GENERATION  # the newest generation handed out (synced) or loaded
+    started: set[int] = field(default_factory=set)  # started by the coordinator in office, since it loaded
     assignments: dict[int, tuple[tuple[str, str, int], ...]] = field(default_factory=dict)
 
 
@@ -53,10 +60,11 @@ def check_group_history(history: Iterable[events.Event]) -> list[GroupViolation]
         if isinstance(event, events.GroupGenerationStarted):
             found += _generation_started(known, event)
         elif isinstance(event, events.GroupLoaded):
+            found += _loaded(known, event)
+        elif isinstance(event, events.GroupUnloaded):
             group = known.get(event.group_id)
-            if group is None or group.generation_id <= event.generation_id:
-                started = set() if group is None else group.started
-                known[event.group_id] = _Known(event.generation_id, event.members, started | {event.generation_id})
+            if group is not None:  # what it had not persisted is gone with it
+                group.started, group.generation_id = set(), group.durable
         elif isinstance(event, events.GroupAssignmentSynced):
             found += _assignment_synced(known, event)
         elif isinstance(event, events.OffsetsCommitted):
@@ -66,13 +74,34 @@ def check_group_history(history: Iterable[events.Event]) -> list[GroupViolation]
     return found
 
 
+def _loaded(known: dict[str, _Known], event: events.GroupLoaded) -> list[GroupViolation]:
+    group = known.get(event.group_id)
+    if group is None:
+        known[event.group_id] = _Known(event.generation_id, event.members, event.generation_id)
+        return []
+    found = []
+    if event.generation_id < group.durable:
+        found.append(
+            GroupViolation(
+                "one_generation_at_a_time",
+                event.group_id,
+                event.generation_id,
+                f"group {event.group_id} was loaded at generation {event.generation_id}, below generation "
+                f"{group.durable} already handed out",
+            )
+        )
+    group.generation_id, group.members, group.started = event.generation_id, event.members, set()
+    group.durable = max(group.durable, event.generation_id)
+    return found
+
+
 def _generation_started(known: dict[str, _Known], event: events.GroupGenerationStarted) -> list[GroupViolation]:
     group = known.get(event.group_id)
     if group is None:
-        known[event.group_id] = _Known(event.generation_id, event.members, {event.generation_id})
+        known[event.group_id] = _Known(event.generation_id, event.members, started={event.generation_id})
         return []
     found = []
-    if event.generation_id in group.started:
+    if event.generation_id in group.started or event.generation_id <= group.durable:
         found.append(
             GroupViolation(
                 "one_generation_at_a_time",
@@ -81,7 +110,7 @@ def _generation_started(known: dict[str, _Known], event: events.GroupGenerationS
                 f"generation {event.generation_id} of group {event.group_id} started a second time",
             )
         )
-    elif event.generation_id < group.generation_id:
+    elif event.generation_id < group.generation_id:  # within one coordinator's office
         found.append(
             GroupViolation(
                 "one_generation_at_a_time",
@@ -116,6 +145,7 @@ def _assignment_synced(known: dict[str, _Known], event: events.GroupAssignmentSy
     group = known.get(event.group_id)
     if group is None:
         return found
+    group.durable = max(group.durable, event.generation_id)
     rows = tuple(sorted(zip(event.members, event.topics, event.partitions, strict=True)))
     earlier = group.assignments.setdefault(event.generation_id, rows)
     if earlier != rows:
