@@ -366,7 +366,7 @@ class BrokerService:
                 effects = self.manager.tick(at)
                 self.storage.flush_due(at.wall_ms)
             self._carry_out(effects, at)
-            self._groups_after_input(at, tick=kind == "tick")
+            self._groups_after_input(at, tick=kind == "tick", leadership=kind in ("metadata", "registered"))
             self.events.flush()  # the events of what just happened are in the outbox before any answer leaves
             await self._deliver()
             await self._join_client_metadata()
@@ -598,12 +598,15 @@ class BrokerService:
         finally:
             self._creating_offsets_topic = False
 
-    def _groups_after_input(self, at: Now, *, tick: bool) -> None:
-        """After every input: leadership of `__consumer_offsets` partitions that changed, appends that completed,
-        and on a tick whatever fell due (sessions, join phases)."""
-        led = led_offsets_partitions(self.manager)
-        effects = leadership_changes(self.coordinator, self._offsets_leadership, led, at)
-        self._offsets_leadership = led
+    def _groups_after_input(self, at: Now, *, tick: bool, leadership: bool) -> None:
+        """After every input: appends that completed; after the metadata moved, leadership of `__consumer_offsets`
+        partitions that changed (only the metadata changes who leads: the data path does not pay for the look);
+        on a tick, whatever fell due (sessions, join phases)."""
+        effects: list[GroupEffect] = []
+        if leadership:
+            led = led_offsets_partitions(self.manager)
+            effects += leadership_changes(self.coordinator, self._offsets_leadership, led, at)
+            self._offsets_leadership = led
         if tick:
             effects += self.coordinator.poll(at)
         self._carry_out_groups(effects, at)
