@@ -1,4 +1,5 @@
-"""Three consumers of one group share a 6-partition topic; one is killed with kill -9 and comes back.
+"""Consumers of one group share a 6-partition topic; one is killed with kill -9 and comes back; then the broker
+coordinating the group is killed with kill -9.
 
 Method: `LocalCluster` (nats-server, a controller, three brokers, each a process) and three `hightide consume
 --group` processes, static members (`group.instance.id`) with the sticky assignor, each printing JSON lines to a
@@ -9,10 +10,13 @@ record read and none read twice (all was committed before the kill). Started aga
 is a new member: the sticky assignor gives it two partitions and moves nothing else. Killed again and restarted
 within its session timeout with its `group.instance.id`, it takes its place back with its own partitions and no
 rebalance. `group describe`, `group list` and `group delete` (refused: the group has members) are read back.
+In the second test two consumers read and commit, the broker leading the group's `__consumer_offsets` partition is
+killed, and they carry on with the new coordinator: every record read once, the new offsets committed there.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -20,9 +24,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import nats
 import pytest
 
 from hightide.client.local_cluster import LocalCluster
+from hightide.protocol import wire
+from hightide.protocol.errors import ErrorCode
+from hightide.protocol.subjects import BrokerApi, broker_api
+from hightide.runtime.rpc import RequestFailed, request
 from support.audited import assert_history_clean
 from support.cluster_cli import active_brokers, describe, hightide, wait_for
 
@@ -177,6 +186,67 @@ def test_a_killed_members_partitions_move_and_a_static_member_gets_its_own_back(
         ]
         refused = hightide(cluster.data_dir, "group", "delete", GROUP)
         assert refused.returncode == 1 and "NON_EMPTY_GROUP" in refused.stderr
+    finally:
+        for consumer in consumers.values():
+            consumer.terminate()
+        for consumer in consumers.values():
+            consumer.wait(timeout=60)
+
+
+def coordinator_id(cluster: LocalCluster) -> int:
+    """The group's coordinator, by FindCoordinator (any broker answers)."""
+    state = cluster.read_state()
+    assert state is not None
+
+    async def ask() -> int:
+        nc = await nats.connect(state.nats_url)
+        try:
+            for broker in (1, 2, 3):
+                try:
+                    answer = await request(
+                        nc,
+                        broker_api(state.cluster_id, broker, BrokerApi.FIND_COORDINATOR),
+                        wire.FindCoordinatorRequest(key=GROUP),
+                        wire.FindCoordinatorResponse,
+                        timeout_s=5,
+                    )
+                except RequestFailed:
+                    continue
+                if answer.error_code is ErrorCode.NONE:
+                    return answer.node_id
+            return -1
+        finally:
+            await nc.close()
+
+    return asyncio.run(ask())
+
+
+def test_consumers_carry_on_when_the_coordinator_is_killed(cluster: LocalCluster, tmp_path: Path) -> None:
+    create = hightide(
+        cluster.data_dir, "topic", "create", TOPIC, "--partitions", str(PARTITIONS), "--replication-factor", "3"
+    )
+    assert create.returncode == 0, create.stderr
+    wait_for(lambda: all(p["Leader"] != "none" for p in describe(cluster, TOPIC)), 30, "leaders")
+    produce_round(cluster)
+    outs = {m: tmp_path / f"{m}.jsonl" for m in MEMBERS[:2]}
+    consumers = {m: start_consumer(cluster, m, outs[m]) for m in outs}
+    try:
+        wait_for(lambda: everything_read(list(outs.values()), 1), 90, "the first round read")
+        wait_for(
+            lambda: committed(cluster) == {p: str(PER_ROUND) for p in range(PARTITIONS)}, 60, "everything committed"
+        )
+        coordinator = wait_for(lambda: max(coordinator_id(cluster), 0), 30, "the coordinator")
+        cluster.stop_broker(coordinator, hard=True)  # kill -9 the broker leading the group's offsets partition
+        wait_for(lambda: coordinator_id(cluster) not in (-1, coordinator), 60, "a new coordinator")
+        produce_round(cluster)
+        wait_for(lambda: everything_read(list(outs.values()), 2), 120, "round two")
+        # The new coordinator loaded the group and its offsets: the members kept their partitions, committed there,
+        # and nothing was read twice.
+        wait_for(
+            lambda: committed(cluster) == {p: str(2 * PER_ROUND) for p in range(PARTITIONS)}, 60, "round two committed"
+        )
+        all_reads = [read for out in outs.values() for read in reads(out)]
+        assert len(all_reads) == len(set(all_reads)), "a record was read twice"
     finally:
         for consumer in consumers.values():
             consumer.terminate()
