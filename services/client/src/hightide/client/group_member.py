@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from hightide.client.consumer import Consumer, ConsumerRecord
 
 TopicPartition = tuple[str, int]
+OFFSETS_TOPIC: Final = "__consumer_offsets"
+WATCH_AFTER_S: Final = 1.0
 R = TypeVar("R", bound=wire.Response)
 _COORDINATOR_LOST: Final = frozenset(
     {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT}
@@ -63,6 +65,7 @@ class GroupMember:
         self.group_id = config.group_id
         self.topics = tuple(topics)
         self.coordinator: int | None = None
+        self.coordinator_partition = -1  # the group's __consumer_offsets partition, whose leader is the coordinator
         self.member_id = ""
         self.generation = -1
         self.protocol: str | None = None
@@ -163,6 +166,8 @@ class GroupMember:
                     error = failed.error_code
                     continue
                 if answer.error_code is ErrorCode.NONE:
+                    self.coordinator_partition = answer.partition
+                    await self.conn.refresh((OFFSETS_TOPIC,))  # to watch the coordinator's leadership
                     return answer.node_id
                 error = answer.error_code
                 break
@@ -176,9 +181,22 @@ class GroupMember:
         forgotten and the answer is REQUEST_TIMED_OUT / its error, for the caller's retry."""
         if self.coordinator is None:
             self.coordinator = await self._find_coordinator(deadline)
+        timeout_s = timeout_s or self._request_timeout_s(deadline)
+        leadership = self.conn.leadership(OFFSETS_TOPIC, self.coordinator_partition)
         try:
-            return await self.conn.broker(
-                self.coordinator, api, body, kind, timeout_s=timeout_s or self._request_timeout_s(deadline)
+            if leadership is None or leadership.leader != self.coordinator:
+                return await self.conn.broker(self.coordinator, api, body, kind, timeout_s=timeout_s)
+            # A request that waits (a join waits for the whole group) ends once the metadata shows the coordinator
+            # gone, as Kafka's client sees its connection drop, instead of waiting out its timeout.
+            backoff_s = max(self.config.retry_backoff_ms / 1000, 0.05)
+            return await self.conn.broker_watched(
+                (leadership,),
+                api,
+                body,
+                kind,
+                timeout_s=timeout_s,
+                watch_after_s=WATCH_AFTER_S,
+                watch_every_s=backoff_s,
             )
         except RequestFailed as failed:
             self.coordinator = None
