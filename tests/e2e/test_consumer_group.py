@@ -27,8 +27,10 @@ from pathlib import Path
 import nats
 import pytest
 
+from hightide.audit.groups import check_group_history
 from hightide.client.local_cluster import LocalCluster
-from hightide.protocol import wire
+from hightide.lake import read_envelopes
+from hightide.protocol import events, wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.subjects import BrokerApi, broker_api
 from hightide.runtime.rpc import RequestFailed, request
@@ -65,6 +67,17 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     finally:
         local.down()
     assert_history_clean(local.lake)
+    assert_group_history_clean(local.lake)
+
+
+def assert_group_history_clean(lake: Path) -> None:
+    """The group invariants over the lake's group events, in wall-clock order (one machine, one clock): among
+    them, every consumer resumed each partition it was given at the group's last commit."""
+    envelopes = sorted((e for _, e in read_envelopes(lake)), key=lambda e: e.wall_ms)
+    history = [e.event for e in envelopes]
+    assigned = [e for e in history if isinstance(e, events.PartitionsAssigned)]
+    assert assigned, "no consumer told of its assignments"
+    assert check_group_history(history) == []
 
 
 def start_consumer(cluster: LocalCluster, instance: str, out: Path) -> subprocess.Popen[bytes]:

@@ -165,3 +165,32 @@ def test_a_coordinator_loading_less_than_was_handed_out_is_a_violation() -> None
     assert invariants([started(1, "a"), synced(1, ("a", 0)), started(2, "a"), synced(2, ("a", 0)), loaded]) == [
         "one_generation_at_a_time"
     ]
+
+
+def assigned(committed_offset: int, start: int, partition: int = 0) -> events.PartitionsAssigned:
+    return events.PartitionsAssigned(
+        group_id=G,
+        member_id="b",
+        generation_id=2,
+        topics=("t",),
+        partitions=(partition,),
+        committed=(committed_offset,),
+        offsets=(start,),
+    )
+
+
+def test_a_new_owner_resuming_at_the_last_commit_is_fine() -> None:
+    history: list[events.Event] = [started(1, "a"), committed(1, "a", offset=7), started(2, "b"), assigned(7, 7)]
+    assert invariants(history) == []
+    assert invariants([assigned(-1, 0, partition=3)]) == []  # nothing committed: auto.offset.reset decides
+
+
+def test_a_new_owner_told_a_stale_commit_would_read_again_or_skip() -> None:
+    history: list[events.Event] = [started(1, "a"), committed(1, "a", offset=4), committed(1, "a", offset=9)]
+    assert invariants([*history, started(2, "b"), assigned(4, 4)]) == ["resumes_at_commit"]
+    assert invariants([*history, started(2, "b"), assigned(-1, 0)]) == ["resumes_at_commit"]
+
+
+def test_a_new_owner_starting_elsewhere_than_the_commit_is_a_violation() -> None:
+    history: list[events.Event] = [started(1, "a"), committed(1, "a", offset=9), started(2, "b")]
+    assert invariants([*history, assigned(9, 12)]) == ["resumes_at_commit"]

@@ -15,6 +15,9 @@ every check).
 |                            | generation's assignment is decided once                                             |
 | no_stale_commit            | a commit by a group member is accepted only in the group's current generation; a   |
 |                            | commit with no generation only while the group has no members                      |
+| resumes_at_commit          | a consumer given a partition (PartitionsAssigned) resumes at the group's last     |
+|                            | commit of it: it fetched that very offset and starts there, so nothing is skipped   |
+|                            | and nothing before the commit read again                                           |
 
 A generation becomes durable when its assignment is persisted (`GroupAssignmentSynced`, after the append committed);
 until then it lives only in its coordinator. Like Kafka's, a coordinator that loses the offsets partition between
@@ -55,8 +58,16 @@ class _Known:
 def check_group_history(history: Iterable[events.Event]) -> list[GroupViolation]:
     """Every violation of the group invariants in `history` (events in the order they happened)."""
     known: dict[str, _Known] = {}
+    commits: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) -> the last committed offset
     found: list[GroupViolation] = []
     for event in history:
+        if isinstance(event, events.OffsetsCommitted):
+            for topic, partition, offset in zip(event.topics, event.partitions, event.offsets, strict=True):
+                commits[(event.group_id, topic, partition)] = offset
+        elif isinstance(event, events.PartitionsAssigned):
+            found += _resumes_at_commit(commits, event)
+        elif isinstance(event, events.GroupDeleted):
+            commits = {k: v for k, v in commits.items() if k[0] != event.group_id}
         if isinstance(event, events.GroupGenerationStarted):
             found += _generation_started(known, event)
         elif isinstance(event, events.GroupLoaded):
@@ -155,6 +166,30 @@ def _assignment_synced(known: dict[str, _Known], event: events.GroupAssignmentSy
                 event.group_id,
                 event.generation_id,
                 f"generation {event.generation_id} of group {event.group_id} was given two different assignments",
+            )
+        )
+    return found
+
+
+def _resumes_at_commit(
+    commits: dict[tuple[str, str, int], int], event: events.PartitionsAssigned
+) -> list[GroupViolation]:
+    found = []
+    rows = zip(event.topics, event.partitions, event.committed, event.offsets, strict=True)
+    for topic, partition, fetched, start in rows:
+        last = commits.get((event.group_id, topic, partition))
+        if last is not None and fetched != last:
+            detail = f"was told the commit of {topic}-{partition} is {fetched}, but the last commit is {last}"
+        elif fetched >= 0 and start != fetched:
+            detail = f"starts {topic}-{partition} at {start}, not at its committed offset {fetched}"
+        else:
+            continue
+        found.append(
+            GroupViolation(
+                "resumes_at_commit",
+                event.group_id,
+                event.generation_id,
+                f"member {event.member_id} of group {event.group_id} {detail}",
             )
         )
     return found

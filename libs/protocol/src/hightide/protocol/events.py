@@ -869,3 +869,20 @@ class GroupDeleted(Event):
     group_id: str
     partition: Int32
     generation_id: Int32
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionsAssigned(Event):
+    """A group consumer (the client's view) started reading its assignment of generation `generation_id`: for
+    `topics[i]` partition `partitions[i]` the group's committed offset was `committed[i]` (-1: none) and it reads
+    from `offsets[i]` (the committed offset, else where `auto.offset.reset` put it). A new owner resumes exactly at
+    the last commit: nothing skipped, nothing before it read again."""
+
+    group_id: str
+    member_id: str
+    generation_id: Int32
+    topics: tuple[str, ...]
+    partitions: tuple[Int32, ...]
+    committed: tuple[Int64, ...]
+    offsets: tuple[Int64, ...]

@@ -534,6 +534,7 @@ async def _consume_group(args: argparse.Namespace, config: ConsumerConfig) -> in
         wait_ms = config.default_api_timeout_ms if args.timeout_ms is None else args.timeout_ms
         await conn.wait_for_partitions(args.topic, wait_ms / 1000, config.retry_backoff_ms / 1000)
         consumer.subscribe([args.topic])
+        consumer.on_event = events.sink.emit
         seen = 0
         deadline = None if args.timeout_ms is None else time.monotonic() + args.timeout_ms / 1000
         while args.max_messages is None or seen < args.max_messages:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -26,6 +26,7 @@ from hightide.client.connection import ClientError, ClusterConnection, Leadershi
 from hightide.client.group_member import GroupMember
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode
+from hightide.protocol.events import Event
 from hightide.protocol.records import InvalidRecordBatch, decode_batch, iter_batch_headers
 from hightide.protocol.subjects import BrokerApi
 from hightide.runtime.rpc import RequestFailed
@@ -138,6 +139,8 @@ class Consumer:
         self._fetches: dict[int, asyncio.Task[None]] = {}  # one fetch in flight per leader
         self._fetching: set[tuple[str, int]] = set()  # partitions in those fetches
         self._group: GroupMember | None = None
+        self.on_event: Callable[[Event], None] | None = None
+        """Where the consumer's own events go (a group member's PartitionsAssigned), if anywhere."""
 
     def subscribe(self, topics: Sequence[str]) -> None:
         """Read `topics` as a member of `group.id`: the group decides which partitions, from its committed offsets."""

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 from hightide.client.connection import ClientError
 from hightide.core import assignors
-from hightide.protocol import group_records, wire
+from hightide.protocol import events, group_records, wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.subjects import BrokerApi
 from hightide.runtime.rpc import RequestFailed
@@ -390,6 +390,18 @@ class GroupMember:
         await self.consumer.resolve_positions()
         self.consumed = {tp: self.consumer.positions[tp] for tp in assigned}
         self.committed = {tp: o for tp, o in committed.items() if o >= 0}
+        if self.consumer.on_event is not None:
+            self.consumer.on_event(
+                events.PartitionsAssigned(
+                    group_id=self.group_id,
+                    member_id=self.member_id,
+                    generation_id=self.generation,
+                    topics=tuple(t for t, _ in assigned),
+                    partitions=tuple(p for _, p in assigned),
+                    committed=tuple(committed.get(tp, -1) for tp in assigned),
+                    offsets=tuple(self.consumer.positions[tp] for tp in assigned),
+                )
+            )
 
     async def _committed(self, partitions: tuple[TopicPartition, ...], deadline: float) -> dict[TopicPartition, int]:
         body = wire.OffsetFetchRequest(
