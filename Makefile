@@ -75,8 +75,8 @@ SEEDS ?= 1000
 simulate: install  ## the deterministic simulation over SEEDS seeds (HIGHTIDE_SEED=n replays one)
 	HIGHTIDE_SIM_SEEDS=$(SEEDS) $(RUN) pytest tests/simulation -q -k "invariant_holds or replays"
 
-run: install  ## start a local cluster (nats-server with JetStream, 1 controller, 3 brokers) in ./.hightide
-	$(RUN) hightide cluster up --detach
+run: install  ## start a local cluster (nats-server with JetStream, 1 controller, 3 brokers) in ./.hightide; CANARY=1 adds the canary
+	$(RUN) hightide cluster up --detach $(if $(CANARY),--canary)
 	@echo "produce:  .tools/bin/uv run hightide produce demo --count 10 --print-acks"
 	@echo "consume:  .tools/bin/uv run hightide consume demo --from-beginning --max-messages 10"
 	@echo "stop:     make down"

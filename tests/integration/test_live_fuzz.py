@@ -403,6 +403,9 @@ TEMPLATES: Final[dict[str, dict[str, Any]]] = {
     ControllerApi.ELECT_LEADERS: {"election_type": "preferred", "partitions": [{"topic": "t", "partition": 0}]},
     ControllerApi.INIT_PRODUCER_ID: {},
     ControllerApi.DESCRIBE_CLUSTER: {},
+    # partition reassignment (issue 13)
+    ControllerApi.ALTER_PARTITION_REASSIGNMENTS: {"partitions": [{"topic": "t", "partition": 0, "replicas": [1]}]},
+    ControllerApi.LIST_PARTITION_REASSIGNMENTS: {"partitions": [{"topic": "t", "partition": 0}]},
 }
 LIST_BOUNDS: Final = (wire.PARTITIONS_PER_REQUEST_MAX, wire.TOPICS_PER_REQUEST_MAX, wire.REPLICAS_MAX)
 # Numbers at and beyond the edges of Kafka's sizes; the ones a field takes are filtered out by the local decode.

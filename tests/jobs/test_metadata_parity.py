@@ -29,7 +29,7 @@ from hightide.protocol.envelope import Envelope
 from simulation.mutants import MUTANTS
 from simulation.simulator import Simulation
 from support.lake_history import write_lake
-from support.metadata_histories import VIOLATING, clean_lives, election_outside_isr
+from support.metadata_histories import VIOLATING, clean_lives, election_outside_isr, reassignment_election
 
 STEPS = 2_000
 
@@ -106,6 +106,7 @@ def test_spark_finds_what_python_finds_on_hand_written_histories(spark: SparkSes
     else."""
     cases = {name: build() for name, build in VIOLATING.items()}
     cases["recorded_unclean_election"] = election_outside_isr("unclean")
+    cases["reassignment_election"] = reassignment_election(6)  # partition reassignment (issue 13): clean
     history = side_by_side(cases)
     expected = python_findings(history)
     assert {f.topic for f in expected} == set(VIOLATING)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from hightide.core.controller import ControllerConfig, ControllerResult, ReplicationControl
 from hightide.core.metadata_image import MetadataImage, TopicPartition
+from hightide.protocol.errors import ErrorCode
 from hightide.protocol.events import ControllerElected, Event, LeaderElected
 from hightide.protocol.metadata import MetadataRecord
 from hightide.protocol.wire import AlterPartitionRequest, AlterPartitionResponse
@@ -213,3 +214,10 @@ class SimController:
     def last_known_leader_elected(self, tp: tuple[str, int]) -> bool:
         """KIP-966's balanced recovery happened: Kafka's default, and a sanctioned (attributed) risk of loss."""
         return tp in self._recovered
+
+    # -- partition reassignment (issue 13) -----------------------------------------------------------------------
+
+    def reassign(self, targets: list[tuple[str, int, tuple[int, ...] | None]]) -> list[ErrorCode]:
+        """An admin's AlterPartitionReassignments (None cancels): each partition's answer."""
+        replies = self._commit(self.control.alter_partition_reassignments(targets))
+        return [reply.error for reply in replies]

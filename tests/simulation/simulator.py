@@ -676,6 +676,15 @@ class Simulation:
             self._tell_failed(producer, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             producer.batch = None
 
+    # -- partition reassignment (issue 13) ------------------------------------------------------------------
+
+    def reassign(self, targets: list[tuple[str, int, tuple[int, ...] | None]]) -> list[ErrorCode]:
+        """An admin moves partitions (None: cancels); the brokers read the decision at once, as they do the
+        metadata log."""
+        errors = self.controller.reassign(targets)
+        self._sync_metadata()
+        return errors
+
     # -- what the cluster holds now -------------------------------------------------------------------------
 
     @staticmethod

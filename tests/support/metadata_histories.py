@@ -297,3 +297,24 @@ VIOLATING: Final[dict[str, Callable[[], list[Envelope]]]] = {
     "elr_election": elr_election,
 }
 """Each hand-written history that breaks a metadata rule, by name."""
+
+
+# -- partition reassignment (issue 13) -------------------------------------------------------------------------
+
+
+def reassignment_election(chosen: int = 6) -> list[Envelope]:
+    """Replicas 1,2,3 moving to 6,4,5 (sequence 1: ISR 1,2,3,4,5 after two expansions); the leader's AlterPartition
+    bringing 6 in completes it (sequence 2: replicas 6,4,5, ISR 4,5,6 less the removed, leader 1 replaced by the
+    first target replica in that ISR, 6) and records the election as `reassignment` (sequence 3). Choosing 6 is
+    Kafka's rule; a `chosen` outside the ISR the change left is not."""
+    return emitted(
+        CONTROLLER,
+        1_000,
+        created(0),
+        changed(1, 1, 0, 3, isr=(1, 2, 3, 4, 5), replicas=(6, 4, 5, 1, 2, 3), reason="isr_expand"),
+        changed(2, chosen, 1, 4, isr=(4, 5, 6), replicas=(6, 4, 5), reason="reassignment"),
+        leader_elected(2, 1, chosen, 1, "reassignment"),
+    )
+
+
+VIOLATING["reassignment_election_outside_its_isr"] = lambda: reassignment_election(3)

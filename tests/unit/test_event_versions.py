@@ -110,6 +110,8 @@ def test_stamping_touches_decisions_only() -> None:
         "BrokerRegistered", "BrokerFenced", "BrokerUnfenced", "ControlledShutdownStarted", "ReplicaMarkedOffline",
         "TopicCreated", "TopicConfigsAltered", "TopicDeleted", "PartitionChanged", "LeaderElected",
         "ControllerElected", "ControllerDeposed", "ProducerIdsAllocated", "AlterPartitionAnswered",
+        # partition reassignment (issue 13)
+        "PartitionReassignmentStarted", "PartitionReassignmentCompleted", "PartitionReassignmentCancelled",
     }  # fmt: skip
 
 

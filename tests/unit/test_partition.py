@@ -14,7 +14,12 @@ from hightide.core.partition import CONSUMER_REPLICA_ID, Partition, PartitionCon
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.events import IsrChangeProposed, LogTruncated
 from hightide.protocol.records import decode_batches, encode_batch, iter_batch_headers
-from hightide.protocol.wire import AlterPartitionRequest, AlterPartitionResponse, FetchPartitionRequest
+from hightide.protocol.wire import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    FetchPartitionRequest,
+    FetchPartitionResponse,
+)
 from support.memory_replica import MemoryReplica, _stamp, deliver, produce, replicate
 
 T0 = 1_700_000_000_000
@@ -563,3 +568,29 @@ def test_a_follower_that_stopped_fetching_stops_holding_the_high_watermark_after
     leader.apply(leader.partition.tick(T0 + LAG_MS + 2))
     assert leader.hw == 1
     assert [c.error for c in leader.completed] == [ErrorCode.NONE]
+
+
+# -- log compaction (issue 13) -------------------------------------------------------------------------------------
+
+
+def test_a_follower_takes_a_compacted_leaders_gap_only_in_the_answer_to_a_fetch_from_its_log_end_offset() -> None:
+    """Given a follower at LEO 0 whose leader compacted offsets 0..4 away, when it fetches from 0 and the answer
+    starts at offset 5, then it appends the batch (LEO 7): the gap is compaction's, not a stale answer. A later
+    answer beyond its LEO to a fetch from another offset (an older fetch) is dropped, as before."""
+    nodes = cluster((1, 2))
+    follower = nodes[2]
+    compacted = encode_batch([b"a", b"b"], keys=[b"k", b"j"], base_offset=5, partition_leader_epoch=0, timestamps=T0)
+
+    def answer(records: bytes) -> FetchPartitionResponse:
+        return FetchPartitionResponse(
+            topic="orders", partition=0, error=0, high_watermark=7, log_start_offset=0, log_end_offset=7,
+            records=records,
+        )  # fmt: skip
+
+    assert follower.partition.fetch_partition().fetch_offset == 0
+    deliver(follower, 1, answer(compacted), T0)
+    assert follower.partition.log_end_offset == 7
+    assert follower.log.records() == [(5, b"a"), (6, b"b")]
+    stale = encode_batch([b"c"], keys=[b"k"], base_offset=9, partition_leader_epoch=0, timestamps=T0)
+    deliver(follower, 1, answer(stale), T0)  # its last fetch was from 0, not from 7
+    assert follower.partition.log_end_offset == 7

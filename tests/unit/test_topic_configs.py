@@ -30,6 +30,10 @@ from hightide.storage.errors import InvalidConfig
 
 KAFKA_DEFAULTS = {
     "cleanup.policy": ("delete",),
+    "delete.retention.ms": 86_400_000,
+    "max.compaction.lag.ms": 2**63 - 1,
+    "min.cleanable.dirty.ratio": 0.5,
+    "min.compaction.lag.ms": 0,
     "file.delete.delay.ms": 60_000,
     "flush.messages": 2**63 - 1,
     "flush.ms": 2**63 - 1,
@@ -82,6 +86,23 @@ def test_values_are_trimmed_booleans_take_any_case_and_lists_take_their_choices(
             topic_configs.parse(name, bad)
 
 
+def test_the_dirty_ratio_is_a_double_between_zero_and_one_and_the_cleanup_policy_reaches_the_log() -> None:
+    assert topic_configs.parse("min.cleanable.dirty.ratio", " 0.25 ") == 0.25
+    assert topic_configs.parse("min.cleanable.dirty.ratio", "1") == 1.0
+    for bad in ("-0.1", "1.01", "nan", "inf", "half", ""):
+        with pytest.raises(InvalidTopicConfig) as raised:
+            topic_configs.parse("min.cleanable.dirty.ratio", bad)
+        assert raised.value.message == f"Invalid value {bad} for configuration min.cleanable.dirty.ratio"
+    config = LogConfig.from_properties({"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"})
+    assert (config.compact, config.delete, config.min_cleanable_dirty_ratio) == (True, False, 0.1)
+    assert LogConfig.from_properties({"cleanup.policy": "compact,delete"}).to_properties()["cleanup.policy"] == (
+        "compact,delete"
+    )
+    # A compacted log rolls by max.compaction.lag.ms when it is below segment.ms (Kafka's maxSegmentMs).
+    assert LogConfig.from_properties({"cleanup.policy": "compact", "max.compaction.lag.ms": "5"}).max_segment_ms == 5
+    assert LogConfig.from_properties({"max.compaction.lag.ms": "5"}).max_segment_ms == LogConfig().segment_ms
+
+
 def test_an_unknown_name_is_refused_with_kafkas_message() -> None:
     with pytest.raises(InvalidTopicConfig) as raised:
         topic_configs.validate({"retention.ms": "1", "no.such.config": "1"})
@@ -127,8 +148,10 @@ def test_the_controllers_cluster_defaults_are_the_tables() -> None:
 
 def test_log_config_is_the_tables_log_rows_with_their_defaults_and_bounds() -> None:
     assert set(LogConfig().to_properties()) == LOG_CONFIG_NAMES
-    assert LogConfig().to_properties() == {name: str(KAFKA_DEFAULTS[name]) for name in LOG_CONFIG_NAMES}
-    assert {"min.insync.replicas", "unclean.leader.election.enable", "cleanup.policy"}.isdisjoint(LOG_CONFIG_NAMES)
+    assert LogConfig().to_properties() == {
+        name: TOPIC_CONFIGS[name].format(KAFKA_DEFAULTS[name]) for name in LOG_CONFIG_NAMES
+    }
+    assert {"min.insync.replicas", "unclean.leader.election.enable"}.isdisjoint(LOG_CONFIG_NAMES)
     with pytest.raises(InvalidConfig) as raised:
         LogConfig.from_properties({"segment.bytes": "13"})
     assert raised.value.error_code is ErrorCode.INVALID_CONFIG

@@ -25,6 +25,7 @@ from support.metadata_histories import (
     leader_outside_isr,
     malformed_isr_and_elr,
     min_isr_altered_later,
+    reassignment_election,
     two_leaders_in_one_epoch,
     unbacked_leader,
 )
@@ -189,3 +190,17 @@ def test_an_elr_election_must_choose_from_the_elr() -> None:
         "elr election of broker 3 from outside the ELR [2] before it",
     ]
     assert run("election_from_isr_or_elr", elr_election(2)) == []
+
+
+# -- partition reassignment (issue 13) -------------------------------------------------------------------------
+
+
+def test_a_reassignment_election_chooses_from_the_isr_its_change_left() -> None:
+    """Given a reassignment to 6,4,5 completed by the AlterPartition that brings 6 into the ISR, when the removed
+    leader 1 is replaced by 6 (Kafka's first target replica in the target ISR, though it was not in the ISR
+    before), then nothing is found; a reassignment election of broker 3, which left with the change, is found."""
+    clean = History.of(reassignment_election(6))
+    assert [f for check in CHECKS.values() for f in check(clean)] == []
+    assert [f.detail for f in run("election_from_isr_or_elr", reassignment_election(3))] == [
+        "reassignment election of broker 3 from outside the ISR [4,5,6] its change left"
+    ]

@@ -187,3 +187,24 @@ def test_an_unknown_strategy_is_refused_with_a_clear_error() -> None:
 def test_a_negative_partition_count_is_refused() -> None:
     with pytest.raises(AssignorInputError, match="partition count -1"):
         assign("range", {T1: -1}, {"c": Subscription([T1])})
+
+
+def test_a_topic_name_where_a_list_belongs_is_refused() -> None:
+    """Subscription("orders") would otherwise subscribe to the topics "o", "r", "d", ..."""
+    with pytest.raises(AssignorInputError, match="not the string 'orders'"):
+        Subscription("orders")
+
+
+def test_a_member_without_a_subscription_is_refused() -> None:
+    with pytest.raises(AssignorInputError, match="member 'c' needs a Subscription, not list"):
+        assign("range", {T1: 1}, {"c": [T1]})  # type: ignore[dict-item]
+
+
+def test_an_empty_group_gets_an_empty_assignment() -> None:
+    for strategy in ("range", "roundrobin", "sticky", "cooperative-sticky"):
+        assert assign(strategy, {T1: 3}, {}) == Assignment({})
+
+
+def test_an_owned_partition_that_is_not_a_pair_is_refused() -> None:
+    with pytest.raises(AssignorInputError, match=r"owned partitions must be \(topic, partition\) pairs"):
+        Subscription([T1], owned_partitions=[(T1, "zero")])

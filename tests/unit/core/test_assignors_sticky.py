@@ -12,6 +12,8 @@ walkthrough: three consumers on ten partitions, one leaves and comes back.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from hightide.core.assignors import Assignment, Subscription, TopicPartition, assign
@@ -579,3 +581,41 @@ def test_sticky_assignment_with_conflicting_previous_generations(all_subscriptio
     assert set(final[C2]) <= set(c2_claims)
     assert set(final[C3]) <= set(c3_claims)
     assert is_fully_balanced(final)
+
+
+@both_sticky_strategies
+def test_large_assignment_with_multiple_consumers_leaving_and_random_subscription(strategy: str) -> None:
+    """AbstractStickyAssignorTest.testLargeAssignmentWithMultipleConsumersLeavingAndRandomSubscription (seeded)."""
+    rng = random.Random(13)
+    counts = {_name("t", i, 40): rng.randrange(10) + 1 for i in range(40)}
+    topics = list(counts)
+    subscriptions = {
+        _name("c", i, 200): Subscription([rng.choice(topics) for _ in range(rng.randrange(20))]) for i in range(200)
+    }
+    _, final = _run(strategy, counts, subscriptions)
+    subscriptions = {
+        c: _owned(list(s.topics), final[c]) if c != _name("c", 0, 200) else s for c, s in subscriptions.items()
+    }
+    for _ in range(50):
+        subscriptions.pop(_name("c", rng.randrange(200), 200), None)
+    _run(strategy, counts, subscriptions)
+
+
+@both_sticky_strategies
+def test_reassignment_with_random_subscriptions_and_changes(strategy: str) -> None:
+    """AbstractStickyAssignorTest.testReassignmentWithRandomSubscriptionsAndChanges (seeded, 20 rounds of 100)."""
+    rng = random.Random(7)
+
+    def random_sublist(topics: list[str]) -> list[str]:
+        chosen = list(topics)
+        for _ in range(rng.randrange(len(topics))):
+            chosen.pop(rng.randrange(len(chosen)))
+        return sorted(chosen)
+
+    for _ in range(20):
+        counts = {_name("t", i, 20): i + 1 for i in range(10 + rng.randrange(10))}
+        topics = list(counts)
+        members = [_name("c", i, 40) for i in range(20 + rng.randrange(20))]
+        subscriptions = {c: Subscription(random_sublist(topics)) for c in members}
+        _, final = _run(strategy, counts, subscriptions)
+        _run(strategy, counts, {c: _owned(random_sublist(topics), final[c]) for c in members})

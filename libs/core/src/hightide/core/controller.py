@@ -35,6 +35,13 @@ preferred, controlled_shutdown); brokers get BrokerRegistered, BrokerUnfenced, C
 BrokerFenced (`reason`: session_timeout, controlled_shutdown, requested, unregistered); a replica reported
 offline its ReplicaMarkedOffline; topics TopicCreated and TopicDeleted; every AlterPartition its
 AlterPartitionAnswered.
+
+Partition reassignment (KIP-455 as KRaft does it, `alter_partition_reassignments`): a target starts one (replicas
+:= target + removing, adding := target - current, removing := current - target; PartitionReassignmentStarted);
+the brokers host the added replicas as followers and the leader's ISR expansions bring them in; the change that
+puts every target replica in the ISR completes it (partition_change; PartitionReassignmentCompleted, and a
+LeaderElected with election `reassignment` if the leader was removed); a null target cancels it
+(PartitionReassignmentCancelled). Their PartitionChanged have reason `reassignment`.
 """
 
 from __future__ import annotations
@@ -58,18 +65,22 @@ from hightide.core.controller_results import (
     ControllerResult,
     CreateTopicReply,
     ElectionType,
+    OngoingReassignment,
     PartitionElectionReply,
+    PartitionReassignmentReply,
     RebalanceReply,
     Reply,
 )
 from hightide.core.metadata_image import MetadataImage, PartitionRegistration, TopicImage, TopicPartition
 from hightide.core.partition_change import (
+    Assignment,
     Election,
     PartitionChange,
     build_partition_change,
     change_violations,
     elect_leader,
     partition_violations,
+    revert_reassignment,
     validate_isr,
 )
 from hightide.core.placement import Choose, choose_first
@@ -125,6 +136,8 @@ __all__ = [
     "Election",
     "ElectionType",
     "InvalidControllerConfig",
+    "OngoingReassignment",
+    "PartitionReassignmentReply",
     "PartitionChange",
     "PartitionElectionReply",
     "RebalanceReply",
@@ -540,14 +553,24 @@ class ReplicationControl:
             target_isr=request.new_isr,
         )
         if change is not None:
-            # Without reassignment the leader is in the new ISR and active, so it stays leader.
-            assert change.record.leader == NO_LEADER_CHANGE, change
+            # The leader is in the new ISR and active, so it stays leader unless the change completes a
+            # reassignment that removes it (Kafka then answers NEW_LEADER_ELECTED, below).
+            assert change.record.leader in (NO_LEADER_CHANGE, request.broker_id) or before.reassigning, change
             grew = not set(request.new_isr) <= set(before.isr)
-            self._commit(
-                work, topic, request.partition, change, _Context(reason="isr_expand" if grew else "isr_shrink")
-            )
+            reason = "isr_expand" if grew else "isr_shrink"
+            if before.reassigning and change.record.replicas is not None:
+                reason = "reassignment"
+            self._commit(work, topic, request.partition, change, _Context(reason=reason, election_name="reassignment"))
         after = work.image.partition(request.topic, request.partition)
         assert after is not None
+        if after.leader != request.broker_id:
+            # Kafka's alterPartition: the change committed, but it elected another leader; the sender must read
+            # the new metadata (an error and a record at once, as Kafka answers).
+            response = AlterPartitionResponse(
+                topic=request.topic, partition=request.partition, error=int(ErrorCode.NEW_LEADER_ELECTED)
+            )
+            work.events.append(_answered(request, response))
+            return self._result(work, response)
         response = AlterPartitionResponse(
             topic=request.topic,
             partition=request.partition,
@@ -626,6 +649,136 @@ class ReplicationControl:
                 elected.append(TopicPartition(topic_name, partition_id))
         more = len(due) > self.config.max_elections_per_imbalance
         return self._result(work, RebalanceReply(elected=tuple(elected), more=more))
+
+    # -- partition reassignment (issue 13) -----------------------------------------------------------------------
+
+    def alter_partition_reassignments(
+        self, targets: Sequence[tuple[str, int, Sequence[int] | None]]
+    ) -> ControllerResult[tuple[PartitionReassignmentReply, ...]]:
+        """Kafka's alterPartitionReassignments: for each (topic, partition, target replicas or None), start (or
+        replace) a reassignment towards the target, or cancel the one in progress (None). Each partition answers
+        on its own (UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS); the ones
+        that succeed are written together. As KRaft, a new target replaces one in progress (no
+        REASSIGNMENT_IN_PROGRESS: that was the ZooKeeper controller's answer)."""
+        self._check_no_outstanding()
+        work = _Decision(self._image)
+        replies = tuple(self._reassign(work, topic, partition_id, target) for topic, partition_id, target in targets)
+        return self._result(work, replies)
+
+    def list_partition_reassignments(
+        self, partitions: Sequence[tuple[str, int]] | None = None
+    ) -> tuple[OngoingReassignment, ...]:
+        """Kafka's listPartitionReassignments: the partitions with a reassignment in progress, all of them or
+        those of `partitions` (unknown ones are left out, as Kafka does). Reads the image; writes nothing."""
+        wanted = None if partitions is None else set(partitions)
+        return tuple(
+            OngoingReassignment(tp.topic, tp.partition, p.replicas, p.adding_replicas, p.removing_replicas)
+            for tp, p in self._image.all_partitions()
+            if p.reassigning and (wanted is None or (tp.topic, tp.partition) in wanted)
+        )
+
+    def _reassign(
+        self, work: _Decision, topic_name: str, partition_id: int, target: Sequence[int] | None
+    ) -> PartitionReassignmentReply:
+        """Kafka's alterPartitionReassignment for one partition."""
+
+        def answer(error: ErrorCode, message: str = "") -> PartitionReassignmentReply:
+            return PartitionReassignmentReply(topic_name, partition_id, error, message)
+
+        topic = work.image.topic(topic_name)
+        if topic is None:
+            return answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {topic_name}.")
+        partition = topic.partition(partition_id)
+        if partition is None:
+            message = f"Unable to find partition {topic_name}:{partition_id}."
+            return answer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, message)
+        if target is None:
+            return answer(*self._cancel_reassignment(work, topic, partition_id))
+        error = self._assignment_error(work.image, target)
+        if error:
+            return answer(ErrorCode.INVALID_REPLICA_ASSIGNMENT, error)
+        assignment = Assignment.towards(partition.replicas, target)
+        change = build_partition_change(
+            partition,
+            topic_id=topic.topic_id,
+            partition_id=partition_id,
+            is_acceptable_leader=lambda r: work.image.is_eligible_replica(r, topic_name, partition_id),
+            min_isr=effective_min_isr(topic, self.config),
+            elr_enabled=self.config.eligible_leader_replicas_enable,
+            target_assignment=assignment,
+        )
+        if change is None:
+            return answer(ErrorCode.NONE)  # the target is the current assignment: nothing to do
+        started = events.PartitionReassignmentStarted(
+            topic=topic_name,
+            partition=partition_id,
+            original_replicas=partition.original_replicas,
+            target_replicas=tuple(target),
+            adding_replicas=assignment.adding,
+            removing_replicas=assignment.removing,
+        )
+        work.events.append(started)
+        context = _Context(reason="reassignment", election_name="reassignment")
+        self._commit(work, topic, partition_id, change, context)
+        after = work.image.partition(topic_name, partition_id)
+        assert after is not None
+        completed_by_commit = partition.reassigning and after.replicas == partition.target_replicas
+        if not after.reassigning and not completed_by_commit:
+            # Started and completed at once (the ISR already held the target): say so, as a completion would.
+            work.events.append(_reassignment_completed(topic_name, partition_id, partition, after))
+        return answer(ErrorCode.NONE)
+
+    def _cancel_reassignment(self, work: _Decision, topic: TopicImage, partition_id: int) -> tuple[ErrorCode, str]:
+        """Kafka's cancelPartitionReassignment: back to the original replicas, the added ones out of the ISR."""
+        partition = topic.partitions[partition_id]
+        if not partition.reassigning:
+            return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress."
+        assignment, isr, unclean = revert_reassignment(partition)
+        if unclean and not unclean_leader_election_enabled(topic, self.config):
+            message = (
+                f"Unable to revert partition assignment for {topic.name}:{partition_id} because it would "
+                "require an unclean leader election."
+            )
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, message
+        change = build_partition_change(
+            partition,
+            topic_id=topic.topic_id,
+            partition_id=partition_id,
+            is_acceptable_leader=lambda r: work.image.is_eligible_replica(r, topic.name, partition_id),
+            min_isr=effective_min_isr(topic, self.config),
+            elr_enabled=self.config.eligible_leader_replicas_enable,
+            election=self._election_for(topic),
+            target_isr=isr,
+            target_assignment=assignment,
+        )
+        assert change is not None, partition  # the adding and removing lists at least are emptied
+        self._commit(work, topic, partition_id, change, _Context(reason="reassignment", election_name="reassignment"))
+        after = work.image.partition(topic.name, partition_id)
+        assert after is not None
+        cancelled = events.PartitionReassignmentCancelled(
+            topic=topic.name,
+            partition=partition_id,
+            replicas=after.replicas,
+            dropped_replicas=partition.adding_replicas,
+            leader=after.leader,
+            leader_epoch=after.leader_epoch,
+        )
+        work.events.append(cancelled)
+        return ErrorCode.NONE, ""
+
+    @staticmethod
+    def _assignment_error(image: MetadataImage, target: Sequence[int]) -> str:
+        """Kafka's validateManualPartitionAssignment, its messages and order (brokers ascending); "" if valid."""
+        if not target:
+            return "The manual partition assignment includes an empty replica list."
+        previous = None
+        for broker_id in sorted(target):
+            if image.broker(broker_id) is None:
+                return f"The manual partition assignment includes broker {broker_id}, but no such broker is registered."
+            if broker_id == previous:
+                return f"The manual partition assignment includes the broker {broker_id} more than once."
+            previous = broker_id
+        return ""
 
     # -- broker transitions -------------------------------------------------------------------------------------
 
@@ -790,6 +943,7 @@ class ReplicationControl:
         violations += change_violations(before, after)
         assert not violations, (topic.name, partition_id, before, change, violations)
         work.events.append(_partition_changed(topic.name, partition_id, after, context.reason))
+        completed = before.reassigning and not after.reassigning and after.replicas == before.target_replicas
         if after.leader != before.leader:
             name = (
                 "last_known_leader"
@@ -809,6 +963,35 @@ class ReplicationControl:
                 election=name,
             )
             work.events.append(elected)
+        if completed:
+            work.events.append(_reassignment_completed(topic.name, partition_id, before, after))
+        if partition_id == 0 and len(after.replicas) != len(before.replicas):
+            self._refresh_elrs(work, topic.name, min_isr)
+
+    def _refresh_elrs(self, work: _Decision, topic_name: str, min_isr_before: int) -> None:
+        """A reassignment that changes partition 0's replica count changes the topic's effective min ISR (Kafka's
+        getTopicEffectiveMinIsr caps min.insync.replicas at partition 0's replica count). Unlike Kafka, which
+        leaves it to each partition's next change, every partition's ELR is re-evaluated against the new min ISR
+        in the same decision, so no partition keeps an ELR once its ISR reaches min ISR (KIP-966)."""
+        topic = work.image.topic(topic_name)
+        assert topic is not None
+        min_isr = effective_min_isr(topic, self.config)
+        if not self.config.eligible_leader_replicas_enable or min_isr == min_isr_before:
+            return
+        for partition_id in range(len(topic.partitions)):
+            current = work.image.topic(topic_name)
+            assert current is not None
+            change = build_partition_change(
+                current.partitions[partition_id],
+                topic_id=current.topic_id,
+                partition_id=partition_id,
+                is_acceptable_leader=_eligible_in(work, topic_name, partition_id),
+                min_isr=min_isr,
+                elr_enabled=True,
+                election=self._election_for(current),
+            )
+            if change is not None:
+                self._commit(work, current, partition_id, change, _Context(reason="reassignment"))
 
     def _add_partitions(
         self, work: _Decision, name: str, topic_id: str, first: int, replica_lists: Sequence[tuple[int, ...]]
@@ -850,6 +1033,11 @@ def _acceptor(image: MetadataImage, tp: TopicPartition, removed: set[int], conte
     return acceptable
 
 
+def _eligible_in(work: _Decision, topic: str, partition: int) -> Callable[[int], bool]:
+    """Kafka's LeaderAcceptor over the decision's working image (as it stands when the election runs)."""
+    return lambda replica: work.image.is_eligible_replica(replica, topic, partition)
+
+
 def _partition_changed(
     topic: str, partition_id: int, partition: PartitionRegistration, reason: str
 ) -> events.PartitionChanged:
@@ -864,6 +1052,19 @@ def _partition_changed(
         leader_epoch=partition.leader_epoch,
         partition_epoch=partition.partition_epoch,
         reason=reason,
+    )
+
+
+def _reassignment_completed(
+    topic: str, partition_id: int, before: PartitionRegistration, after: PartitionRegistration
+) -> events.PartitionReassignmentCompleted:
+    return events.PartitionReassignmentCompleted(
+        topic=topic,
+        partition=partition_id,
+        replicas=after.replicas,
+        removed_replicas=tuple(r for r in before.replicas if r not in after.replicas),
+        leader=after.leader,
+        leader_epoch=after.leader_epoch,
     )
 
 

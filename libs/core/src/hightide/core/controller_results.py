@@ -107,3 +107,28 @@ class ElectionType(StrEnum):
 
     PREFERRED = "preferred"
     UNCLEAN = "unclean"
+
+
+# -- partition reassignment (issue 13) -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReassignmentReply:
+    """One partition of an AlterPartitionReassignments answer."""
+
+    topic: str
+    partition: int
+    error: ErrorCode
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OngoingReassignment:
+    """One partition of a ListPartitionReassignments answer: its replicas (the target followed by the ones being
+    removed), and the ones being added and removed."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]

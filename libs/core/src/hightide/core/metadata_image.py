@@ -66,7 +66,9 @@ class BrokerRegistration:
 
 @dataclass(frozen=True, slots=True)
 class PartitionRegistration:
-    """One partition's registration, as Kafka's PartitionRegistration (without reassignment or directories)."""
+    """One partition's registration, as Kafka's PartitionRegistration (without directories). During a
+    reassignment `replicas` is the target followed by `removing_replicas`, and `adding_replicas` are the target's
+    new members (Kafka's PartitionReassignmentReplicas)."""
 
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
@@ -75,6 +77,23 @@ class PartitionRegistration:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        """Kafka's isReassignmentInProgress: replicas are being added or removed."""
+        return bool(self.removing_replicas or self.adding_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """The replicas once the reassignment completes (the current ones when none is in progress)."""
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """The replicas before the reassignment began (Kafka's originalReplicas): what a cancellation restores."""
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
 
     @property
     def preferred_leader(self) -> int:
@@ -98,6 +117,8 @@ class PartitionRegistration:
             leader=record.leader,
             leader_epoch=record.leader_epoch,
             partition_epoch=record.partition_epoch,
+            removing_replicas=tuple(record.removing_replicas),
+            adding_replicas=tuple(record.adding_replicas),
         )
 
     def merge(self, record: PartitionChangeRecord) -> PartitionRegistration:
@@ -105,14 +126,21 @@ class PartitionRegistration:
         epoch only when the record sets the leader."""
         leader_changes = record.leader != NO_LEADER_CHANGE
         return PartitionRegistration(
-            replicas=self.replicas,
+            replicas=self.replicas if record.replicas is None else tuple(record.replicas),
             isr=self.isr if record.isr is None else tuple(record.isr),
             elr=self.elr if record.elr is None else tuple(record.elr),
             last_known_elr=self.last_known_elr if record.last_known_elr is None else tuple(record.last_known_elr),
             leader=record.leader if leader_changes else self.leader,
             leader_epoch=self.leader_epoch + 1 if leader_changes else self.leader_epoch,
             partition_epoch=self.partition_epoch + 1,
+            removing_replicas=_or(record.removing_replicas, self.removing_replicas),
+            adding_replicas=_or(record.adding_replicas, self.adding_replicas),
         )
+
+
+def _or(changed: tuple[int, ...] | None, current: tuple[int, ...]) -> tuple[int, ...]:
+    """A change record's list where it sets one, else the current one."""
+    return current if changed is None else tuple(changed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -201,6 +201,10 @@ class Partition:
     # The base offset of the batch holding an offset of this log (the offset itself at a boundary): a log drops
     # whole batches, so a truncation point is moved down to one. The replica manager gives a query of the log.
     batch_start: Callable[[int], int] = _identity
+    # Log compaction (issue 13): the offset this follower last fetched from. A compacted leader answers a fetch
+    # from a removed offset with the next batch it holds, beyond the LEO: a gap, and no stale answer, when the
+    # fetch was from this very LEO.
+    last_fetch_offset: int | None = None
 
     def __post_init__(self) -> None:
         assert 0 <= self.log_start_offset <= self.high_watermark <= self.log_end_offset, self
@@ -735,6 +739,7 @@ class Partition:
         """What this follower fetches next: from its LEO, with the latest epoch it has (KIP-320 / Fetch v12)."""
         latest = self.epoch_cache.latest_epoch
         legacy = self.config.legacy_truncate_to_high_watermark
+        self.last_fetch_offset = self.log_end_offset
         return FetchPartitionRequest(
             topic=self.topic,
             partition=self.partition,
@@ -764,7 +769,9 @@ class Partition:
         effects: list[Effect] = []
         if headers:
             first = headers[0]
-            if first.base_offset > self.log_end_offset or first.last_offset < self.log_end_offset:
+            beyond = first.base_offset > self.log_end_offset
+            compacted_gap = beyond and self.last_fetch_offset == self.log_end_offset
+            if (beyond and not compacted_gap) or first.last_offset < self.log_end_offset:
                 return []  # an answer to an older fetch: the log has moved since
             if first.base_offset < self.log_end_offset:
                 return self._realign(response, headers)
@@ -787,7 +794,7 @@ class Partition:
         )
 
     def _append_as_follower(self, records: bytes, headers: Sequence[BatchHeader]) -> list[Effect]:
-        assert headers[0].base_offset == self.log_end_offset, (headers[0], self.log_end_offset)
+        assert headers[0].base_offset >= self.log_end_offset, (headers[0], self.log_end_offset)  # a gap: compacted
         effects: list[Effect] = [AppendAsFollower(self.topic, self.partition, records, tuple(headers))]
         for header in headers:
             latest = self.epoch_cache.latest_epoch

@@ -1,9 +1,9 @@
 """Partition changes: KRaft's PartitionChangeBuilder and the rules every partition registration obeys.
 
 Room: libs/core (rules, pure). `build_partition_change` turns a partition's registration and a target (a new
-ISR, a broker to remove, an election to run) into the one PartitionChangeRecord that makes it, or None when
-nothing changes; `elect_leader` is its election. `partition_violations` and `change_violations` are the golden
-rules of one registration and of one change, checked by the controller on every change it makes.
+ISR, a broker to remove, an election to run, a replica assignment) into the one PartitionChangeRecord that makes
+it, or None when nothing changes; `elect_leader` is its election. `partition_violations` and `change_violations`
+are the golden rules of one registration and of one change, checked by the controller on every change it makes.
 
 Elections (Kafka's PartitionChangeBuilder, ported rule by rule): a valid leader is in the target ISR, or in the
 ELR when the target ISR is empty, and acceptable (the caller says: registered, unfenced, not shutting down, not
@@ -11,6 +11,15 @@ the broker being removed, its replica not offline). ONLINE keeps a valid current
 valid replica in replica order; PREFERRED tries the first replica first. With ELR (KIP-966) enabled, an empty
 ISR and ELR fall back to the last known leader if it is acceptable; UNCLEAN (the topic allows it, or an admin
 asks) then takes the first acceptable replica and resets the ISR to it.
+
+Reassignment (Kafka's PartitionReassignmentReplicas and completeReassignmentIfNeeded): while replicas are being
+added or removed, every change first checks whether the target ISR now holds every target replica; if so the
+reassignment completes in that same record: replicas := target, ISR := target ISR minus the removed replicas,
+adding and removing emptied, and the election runs over the target (a removed leader is replaced). A change whose
+replicas lose a member bumps the leader epoch even when the leader stays (triggerLeaderEpochBumpForReplica-
+ReassignmentIfNeeded), so the leader's followers set is fenced by epoch. Unlike Kafka, the ELR never takes in a
+replica outside the target replicas (a removed ISR member would otherwise land in the ELR of a partition it has
+left).
 """
 
 from __future__ import annotations
@@ -55,10 +64,13 @@ def build_partition_change(
     election: Election = Election.ONLINE,
     target_isr: Sequence[int] | None = None,
     unclean_shutdown_replicas: frozenset[int] = frozenset(),
+    target_assignment: Assignment | None = None,
 ) -> PartitionChange | None:
-    """Kafka's `PartitionChangeBuilder.build()` without reassignment or leader recovery state; None if nothing
-    changes. The steps, in Kafka's order:
+    """Kafka's `PartitionChangeBuilder.build()` without leader recovery state; None if nothing changes.
+    `target_assignment` (replicas, removing, adding) starts, changes or reverts a reassignment; None keeps the
+    partition's own. The steps, in Kafka's order:
 
+    0. complete the reassignment if the target ISR now holds every target replica (`complete_reassignment`).
     1. populate the target ELR (KIP-966): if |target ISR| >= min ISR the ELR and last known ELR are emptied;
        otherwise ELR := (ELR | ISR) - target ISR - unclean shutdown replicas (ascending, as Java's HashSet of
        small ints iterates).
@@ -69,9 +81,15 @@ def build_partition_change(
        partition has a leader again (Kafka's useLastKnownLeaderInBalancedRecovery, its default).
     """
     target = list(partition.isr if target_isr is None else target_isr)
+    assignment = target_assignment or Assignment(
+        partition.replicas, partition.removing_replicas, partition.adding_replicas
+    )
+    completed = complete_reassignment(assignment, target)
+    if completed is not None:
+        assignment, target = completed
     elr = list(partition.elr)
     if elr_enabled:
-        elr = _populate_target_elr(partition, target, min_isr, unclean_shutdown_replicas)
+        elr = _populate_target_elr(partition, target, min_isr, unclean_shutdown_replicas, assignment.replicas)
     node, unclean = elect_leader(
         partition,
         target_isr=target,
@@ -79,6 +97,7 @@ def build_partition_change(
         is_acceptable_leader=is_acceptable_leader,
         election=election,
         elr_enabled=elr_enabled,
+        target_replicas=assignment.replicas,
     )
     leader = NO_LEADER_CHANGE
     isr: tuple[int, ...] | None = None
@@ -94,6 +113,8 @@ def build_partition_change(
         leader = node
         if unclean:
             isr = (node,)
+    if leader == NO_LEADER_CHANGE and not set(partition.replicas) <= set(assignment.replicas):
+        leader = partition.leader  # a replica leaves: the leader epoch goes up, the leader stays
     if isr is not None or not elr_enabled:
         elr = []  # an unclean election, or ELR disabled, clears the ELR
     record_elr = tuple(elr) if tuple(elr) != partition.elr else None
@@ -106,8 +127,11 @@ def build_partition_change(
         isr=isr,
         elr=record_elr,
         last_known_elr=_last_known_leader(partition, isr, leader) if elr_enabled else None,
+        replicas=_changed(assignment.replicas, partition.replicas),
+        removing_replicas=_changed(assignment.removing, partition.removing_replicas),
+        adding_replicas=_changed(assignment.adding, partition.adding_replicas),
     )
-    if record.isr is None and record.elr is None and record.last_known_elr is None and leader == NO_LEADER_CHANGE:
+    if record == PartitionChangeRecord(topic_id=topic_id, partition=partition_id):
         return None
     return PartitionChange(
         record=record, unclean=unclean, from_elr=from_elr, from_last_known_leader=from_last_known_leader
@@ -115,13 +139,70 @@ def build_partition_change(
 
 
 def _populate_target_elr(
-    partition: PartitionRegistration, target_isr: list[int], min_isr: int, unclean_shutdown: frozenset[int]
+    partition: PartitionRegistration,
+    target_isr: list[int],
+    min_isr: int,
+    unclean_shutdown: frozenset[int],
+    target_replicas: Sequence[int],
 ) -> list[int]:
-    """Kafka's maybePopulateTargetElr, the ELR half (the last known ELR is the last leader, see build)."""
+    """Kafka's maybePopulateTargetElr, the ELR half (the last known ELR is the last leader, see build), kept
+    within the target replicas."""
     if len(target_isr) >= min_isr:
         return []
     candidates = set(partition.elr) | set(partition.isr)
-    return sorted(r for r in candidates if r not in target_isr and r not in unclean_shutdown)
+    return sorted(r for r in candidates if r not in target_isr and r not in unclean_shutdown and r in target_replicas)
+
+
+def _changed(target: tuple[int, ...], current: tuple[int, ...]) -> tuple[int, ...] | None:
+    return None if target == current else target
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """A partition's replica assignment (Kafka's PartitionReassignmentReplicas): `replicas` is the target
+    followed by `removing`; `adding` are the target's members not among the replicas before."""
+
+    replicas: tuple[int, ...]
+    removing: tuple[int, ...] = ()
+    adding: tuple[int, ...] = ()
+
+    @classmethod
+    def towards(cls, current: Sequence[int], target: Sequence[int]) -> Assignment:
+        """Kafka's PartitionReassignmentReplicas(current, target): removing = current - target, adding = target -
+        current (each ascending, as Java's TreeSet), replicas = target + removing."""
+        removing = tuple(sorted(set(current) - set(target)))
+        adding = tuple(sorted(set(target) - set(current)))
+        return cls(replicas=(*target, *removing), removing=removing, adding=adding)
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.removing or self.adding)
+
+
+def complete_reassignment(assignment: Assignment, target_isr: Sequence[int]) -> tuple[Assignment, list[int]] | None:
+    """Kafka's maybeCompleteReassignment: None while no reassignment is in progress or the target ISR (less the
+    replicas being removed, never empty) does not yet hold every target replica; else the completed assignment
+    and its ISR (target ISR minus the removed replicas)."""
+    if not assignment.reassigning:
+        return None
+    isr = [r for r in target_isr if r not in assignment.removing]
+    replicas = tuple(r for r in assignment.replicas if r not in assignment.removing)
+    if not isr or not replicas or not set(replicas) <= set(isr):
+        return None
+    return Assignment(replicas=replicas), isr
+
+
+def revert_reassignment(partition: PartitionRegistration) -> tuple[Assignment, list[int], bool]:
+    """Kafka's PartitionReassignmentRevert: (the original assignment, the ISR without the replicas being added,
+    whether that needs an unclean election: only added replicas were in the ISR, so it restarts from the first
+    original replica)."""
+    assert partition.reassigning, partition
+    original = partition.original_replicas
+    assert original, partition
+    isr = [r for r in partition.isr if r not in partition.adding_replicas]
+    if not isr:
+        return Assignment(replicas=original), [original[0]], True
+    return Assignment(replicas=original), isr, False
 
 
 def _last_known_leader(
@@ -147,14 +228,16 @@ def elect_leader(
     is_acceptable_leader: Callable[[int], bool],
     election: Election,
     elr_enabled: bool,
+    target_replicas: Sequence[int] | None = None,
 ) -> tuple[int, bool]:
-    """Kafka's electLeader: (the new leader or NO_LEADER, whether the choice was unclean)."""
+    """Kafka's electLeader over the target replicas (the partition's own unless a reassignment changes them):
+    (the new leader or NO_LEADER, whether the choice was unclean)."""
 
     def valid(replica: int) -> bool:
         in_quorum = replica in target_isr or (not target_isr and replica in target_elr)
         return in_quorum and is_acceptable_leader(replica)
 
-    replicas = partition.replicas
+    replicas = tuple(partition.replicas if target_replicas is None else target_replicas)
     if election is Election.PREFERRED and valid(replicas[0]):
         return replicas[0], False
     if valid(partition.leader):
@@ -216,21 +299,42 @@ def partition_violations(partition: PartitionRegistration, *, min_isr: int, elr_
         violations.append(f"ELR {partition.elr} is kept while ISR {partition.isr} reaches min ISR {min_isr}")
     if not 0 <= partition.leader_epoch <= partition.partition_epoch:
         violations.append(f"leader epoch {partition.leader_epoch} vs partition epoch {partition.partition_epoch}")
+    violations += _reassignment_violations(partition)
     return violations
+
+
+def _reassignment_violations(partition: PartitionRegistration) -> list[str]:
+    """Kafka's PartitionRegistration during a reassignment: adding and removing are duplicate-free, disjoint,
+    within the replicas, and leave a non-empty target."""
+    adding, removing = set(partition.adding_replicas), set(partition.removing_replicas)
+    if len(adding) != len(partition.adding_replicas) or len(removing) != len(partition.removing_replicas):
+        return [f"adding {partition.adding_replicas} or removing {partition.removing_replicas} repeat a broker"]
+    if not (adding | removing) <= set(partition.replicas) or adding & removing:
+        return [
+            f"adding {partition.adding_replicas} / removing {partition.removing_replicas} not disjoint within "
+            f"replicas {partition.replicas}"
+        ]
+    if partition.replicas and not partition.target_replicas:
+        return [f"removing {partition.removing_replicas} takes every replica of {partition.replicas}"]
+    return []
 
 
 def change_violations(before: PartitionRegistration, after: PartitionRegistration) -> list[str]:
     """What is wrong with one partition change (one PartitionChangeRecord applied): the partition epoch goes up
-    by one, the leader epoch goes up by one exactly when the leader changes, the replicas stay."""
+    by one; the leader epoch goes up by one exactly when the leader changes or a replica leaves; the replicas
+    change only by a reassignment (one in progress before or after the change, or one that started and completed
+    at once, which can only drop or reorder replicas)."""
     violations: list[str] = []
     if after.partition_epoch != before.partition_epoch + 1:
         violations.append(f"partition epoch {before.partition_epoch} -> {after.partition_epoch}")
-    expected_leader_epoch = before.leader_epoch + (1 if after.leader != before.leader else 0)
+    replica_left = not set(before.replicas) <= set(after.replicas)
+    expected_leader_epoch = before.leader_epoch + (1 if after.leader != before.leader or replica_left else 0)
     if after.leader_epoch != expected_leader_epoch:
         violations.append(
             f"leader {before.leader} -> {after.leader} moved the leader epoch "
             f"{before.leader_epoch} -> {after.leader_epoch}"
         )
-    if after.replicas != before.replicas:
+    by_reassignment = before.reassigning or after.reassigning or set(after.replicas) <= set(before.replicas)
+    if after.replicas != before.replicas and not by_reassignment:
         violations.append(f"replicas {before.replicas} -> {after.replicas} without a reassignment")
     return violations

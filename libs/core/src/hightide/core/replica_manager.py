@@ -37,6 +37,7 @@ from typing import Any, Final, Protocol
 
 from hightide.core import topic_configs
 from hightide.core.clock import MonoMs, Now
+from hightide.core.compaction import is_compacted
 from hightide.core.effects import (
     AnswerFetch,
     AnswerProduce,
@@ -369,6 +370,7 @@ class ReplicaManager:
                 records,
                 max_message_bytes=_int_config(configs, "max.message.bytes"),
                 segment_bytes=_int_config(configs, "segment.bytes"),
+                compacted=_compacted(configs),
             )
         except InvalidRecordBatch as refused:
             message = f"{tp.topic}-{tp.partition}: {refused}"
@@ -958,6 +960,12 @@ def _without(effect: Effect, doomed: set[TopicPartition]) -> Effect | None:
     return effect
 
 
+def _compacted(configs: Mapping[str, str]) -> bool:
+    """Whether a topic's effective cleanup.policy holds compact (log compaction, issue 13)."""
+    policy = topic_configs.configured(configs, "cleanup.policy")
+    return isinstance(policy, tuple) and is_compacted(policy)
+
+
 def _int_config(configs: Mapping[str, str], name: str) -> int:
     """A topic's effective int config (the table of topic configs parses it; Kafka's default when unset)."""
     value = topic_configs.configured(configs, name)
@@ -984,6 +992,8 @@ def metadata_response(image: MetadataImage, topics: tuple[str, ...] | None) -> w
                 elr=p.elr,
                 last_known_elr=p.last_known_elr,
                 offline_replicas=image.offline_replicas(name, index),
+                adding_replicas=p.adding_replicas,
+                removing_replicas=p.removing_replicas,
             )
             for index, p in enumerate(topic.partitions)
         )

@@ -8,12 +8,16 @@ storage engine's `LogConfig` (its fields, defaults and bounds), the server confi
 
 | name                           | type    | valid                     | default (Kafka's)         | obeyed by        |
 | ------------------------------ | ------- | ------------------------- | ------------------------- | ---------------- |
-| cleanup.policy                 | list    | delete, compact           | delete                    | (accepted only)  |
+| cleanup.policy                 | list    | delete, compact           | delete                    | storage, cleaner |
+| delete.retention.ms            | long    | >= 0                      | 86400000                  | cleaner          |
 | file.delete.delay.ms           | long    | >= 0                      | 60000                     | storage          |
 | flush.messages                 | long    | >= 1                      | 9223372036854775807       | storage          |
 | flush.ms                       | long    | >= 0                      | 9223372036854775807       | storage          |
 | index.interval.bytes           | int     | >= 0                      | 4096                      | storage          |
+| max.compaction.lag.ms          | long    | >= 1                      | 9223372036854775807       | cleaner, rolling |
 | max.message.bytes              | int     | >= 0                      | 1048588                   | storage          |
+| min.cleanable.dirty.ratio      | double  | [0, 1]                    | 0.5                       | cleaner          |
+| min.compaction.lag.ms          | long    | >= 0                      | 0                         | cleaner          |
 | min.insync.replicas            | int     | >= 1                      | 1                         | replicas, elr    |
 | retention.bytes                | long    | >= -1                     | -1                        | storage          |
 | retention.ms                   | long    | >= -1                     | 604800000                 | storage          |
@@ -24,12 +28,14 @@ storage engine's `LogConfig` (its fields, defaults and bounds), the server confi
 | unclean.leader.election.enable | boolean | true, false (any case)    | false                     | the controller   |
 
 Values are text, as Kafka's ConfigDef parses them: an int or long in decimal within the type's range (and the
-bound), a boolean "true" or "false" in any case, a list comma-separated with each item among the choices.
+bound), a double as a decimal number within its bounds, a boolean "true" or "false" in any case, a list
+comma-separated with each item among the choices.
 A value the table refuses is refused everywhere with Kafka's message, `Invalid value V for configuration K`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -44,7 +50,7 @@ _LIMITS: Final = {"int": (-(2**31), INT_MAX), "long": (-(2**63), LONG_MAX)}
 MIN_INSYNC_REPLICAS: Final = "min.insync.replicas"
 UNCLEAN_LEADER_ELECTION_ENABLE: Final = "unclean.leader.election.enable"
 
-ConfigValue = int | bool | tuple[str, ...]
+ConfigValue = int | bool | float | tuple[str, ...]
 
 
 def parse_bool(text: str) -> bool | None:
@@ -78,6 +84,7 @@ class ConfigType(StrEnum):
     LONG = "long"
     BOOLEAN = "boolean"
     LIST = "list"
+    DOUBLE = "double"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +99,7 @@ class TopicConfig:
     low: int | None = None
     choices: tuple[str, ...] = ()
     log: bool = False
+    upper: float | None = None  # a double's `between` upper bound (its lower bound is `low`)
 
     def __post_init__(self) -> None:
         assert self.parse(self.format(self.default)) == self.default, self  # the default is itself valid
@@ -99,6 +107,8 @@ class TopicConfig:
     @property
     def high(self) -> int | None:
         """The largest valid value of a number: its type's."""
+        if self.type is ConfigType.DOUBLE:
+            return None
         limits = _LIMITS.get(self.type)
         return None if limits is None else limits[1]
 
@@ -115,10 +125,24 @@ class TopicConfig:
         if self.type is ConfigType.LIST:
             items = tuple(item.strip() for item in text.split(","))
             return items if items and all(item in self.choices for item in items) else None
+        if self.type is ConfigType.DOUBLE:
+            return self._parse_double(text)
         value = parse_int(text)
         low, high = _LIMITS[self.type]
         least = low if self.low is None else max(low, self.low)
         return value if value is not None and least <= value <= high else None
+
+    def _parse_double(self, text: str) -> float | None:
+        """Kafka's ConfigDef DOUBLE with a `between` bound: a finite decimal number within [low, upper]."""
+        try:
+            value = float(text.strip())
+        except ValueError:
+            return None
+        if not math.isfinite(value):
+            return None
+        if (self.low is not None and value < self.low) or (self.upper is not None and value > self.upper):
+            return None
+        return value
 
     def accepts(self, value: ConfigValue) -> bool:
         """Whether `value` (already typed, as a dataclass field holds it) is a valid value of this config."""
@@ -136,6 +160,7 @@ class TopicConfig:
 
 _DAY_MS: Final = 24 * 60 * 60 * 1000
 _INT, _LONG, _BOOLEAN, _LIST = ConfigType.INT, ConfigType.LONG, ConfigType.BOOLEAN, ConfigType.LIST
+_DOUBLE = ConfigType.DOUBLE
 
 # fmt: off
 TOPIC_CONFIGS: Final[Mapping[str, TopicConfig]] = {
@@ -143,7 +168,13 @@ TOPIC_CONFIGS: Final[Mapping[str, TopicConfig]] = {
     for row in (
         TopicConfig(
             "cleanup.policy", _LIST, ("delete",), "The retention policy of old segments: delete, compact, or both.",
-            choices=("compact", "delete"),
+            choices=("compact", "delete"), log=True,
+        ),
+        # Log compaction (hightide.core.compaction), with Kafka's defaults.
+        TopicConfig(
+            "delete.retention.ms", _LONG, _DAY_MS,
+            "How long a compacted log keeps a tombstone after the cleaning that first kept it (ms).",
+            low=0, log=True,
         ),
         TopicConfig(
             "file.delete.delay.ms", _LONG, 60_000, "The time to wait before deleting a file from the filesystem.",
@@ -163,7 +194,22 @@ TOPIC_CONFIGS: Final[Mapping[str, TopicConfig]] = {
             low=0, log=True,
         ),
         TopicConfig(
+            "max.compaction.lag.ms", _LONG, LONG_MAX,
+            "The longest a record may stay uncompacted in a compacted log (ms).",
+            low=1, log=True,
+        ),
+        TopicConfig(
             "max.message.bytes", _INT, 1024 * 1024 + 12, "The largest record batch size allowed (after compression).",
+            low=0, log=True,
+        ),
+        TopicConfig(
+            "min.cleanable.dirty.ratio", _DOUBLE, 0.5,
+            "The dirty share of a compacted log's bytes above which the cleaner cleans it.",
+            low=0, upper=1.0, log=True,
+        ),
+        TopicConfig(
+            "min.compaction.lag.ms", _LONG, 0,
+            "The shortest a record stays uncompacted in a compacted log (ms).",
             low=0, log=True,
         ),
         TopicConfig(
@@ -240,6 +286,20 @@ def int_default(name: str) -> int:
     """Kafka's default of an int or long config."""
     default = topic_config(name).default
     assert isinstance(default, int) and not isinstance(default, bool), name
+    return default
+
+
+def float_default(name: str) -> float:
+    """Kafka's default of a double config."""
+    default = topic_config(name).default
+    assert isinstance(default, float), name
+    return default
+
+
+def list_default(name: str) -> tuple[str, ...]:
+    """Kafka's default of a list config."""
+    default = topic_config(name).default
+    assert isinstance(default, tuple), name
     return default
 
 

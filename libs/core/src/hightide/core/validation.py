@@ -13,6 +13,11 @@ A refusal is `InvalidRecordBatch` carrying Kafka's error code.
 | records > 0 and lastOffsetDelta + 1 == records      | INVALID_RECORD               | no                    |
 | no control batch                                    | INVALID_RECORD               | no                    |
 | records decode, offset deltas 0..n-1                | INVALID_RECORD (or CORRUPT)  | no                    |
+| batches in increasing offsets (gaps allowed)        | (offsets assigned)           | CORRUPT_MESSAGE       |
+| every record has a key, on a compacted topic        | INVALID_RECORD               | no                    |
+
+A compacted leader's batches have gaps between them where the cleaner removed whole batches (Kafka's follower
+append checks only that offsets increase); an overlap is refused.
 
 Kafka's follower skips the size limit (`appendAsFollower` passes `ignoreRecordSize = true`): the leader already
 accepted the batch under the topic's limits, which may have changed since.
@@ -23,11 +28,20 @@ from __future__ import annotations
 from itertools import pairwise
 
 from hightide.protocol.errors import ErrorCode
-from hightide.protocol.records import BatchHeader, InvalidRecordBatch, check_batch_records, validate_batches
+from hightide.protocol.records import (
+    BatchHeader,
+    InvalidRecordBatch,
+    check_batch_records,
+    decode_batch,
+    validate_batches,
+)
 
 
-def validate_produce(records: bytes, *, max_message_bytes: int, segment_bytes: int) -> list[BatchHeader]:
-    """A producer's batches for one partition, checked as a leader checks them before assigning offsets."""
+def validate_produce(
+    records: bytes, *, max_message_bytes: int, segment_bytes: int, compacted: bool = False
+) -> list[BatchHeader]:
+    """A producer's batches for one partition, checked as a leader checks them before assigning offsets;
+    `compacted` (cleanup.policy holds compact) refuses a record without a key, as Kafka's LogValidator does."""
     if not records:
         raise InvalidRecordBatch("no record batches to append", ErrorCode.INVALID_RECORD)
     headers = validate_batches(records, max_batch_bytes=max_message_bytes)
@@ -48,17 +62,31 @@ def validate_produce(records: bytes, *, max_message_bytes: int, segment_bytes: i
     position = 0
     for header in headers:
         check_batch_records(records, position, header)
+        if compacted:
+            _check_keys(records, position, header)
         position += header.size
     return headers
 
 
+def _check_keys(records: bytes, position: int, header: BatchHeader) -> None:
+    """Kafka's `validateKey`: a compacted topic keeps each key's latest record, so a record without one is refused.
+    It decodes the batch a second time, on compacted topics only (their writers are coordinators, not the hot path)."""
+    for record in decode_batch(records, position)[1]:
+        if record.key is None:
+            raise InvalidRecordBatch(
+                "Compacted topic cannot accept message without key "
+                f"(offset delta {record.offset - header.base_offset})",
+                ErrorCode.INVALID_RECORD,
+            )
+
+
 def validate_replicated(records: bytes) -> list[BatchHeader]:
-    """A leader's batches as a follower fetched them: whole, intact (one CRC each), in order of offsets."""
+    """A leader's batches as a follower fetched them: whole, intact (one CRC each), in increasing offsets."""
     headers = validate_batches(records)
     for previous, header in pairwise(headers):
-        if header.base_offset != previous.next_offset:
+        if header.base_offset < previous.next_offset:
             raise InvalidRecordBatch(
-                f"batch at offset {header.base_offset} does not follow the one ending at {previous.last_offset}",
+                f"batch at offset {header.base_offset} overlaps the one ending at {previous.last_offset}",
                 ErrorCode.CORRUPT_MESSAGE,
             )
     return headers

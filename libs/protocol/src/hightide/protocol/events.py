@@ -628,7 +628,8 @@ class PartitionChanged(Event):
 class LeaderElected(Event):
     """The controller chose a new leader (-1: none could be chosen). `election`: clean (from the ISR), elr,
     unclean, last_known_leader (KIP-966's balanced recovery: ISR and ELR empty, the last leader returns; Kafka
-    counts it unclean), preferred, or controlled_shutdown."""
+    counts it unclean), preferred, controlled_shutdown, or reassignment (a reassignment that completed or was
+    cancelled took the leader out of the replicas; the new one is from the ISR that change left)."""
 
     VERSION: ClassVar[int] = 2
     FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("controller_epoch", "metadata_offset")}
@@ -747,6 +748,111 @@ class RecordsConsumed(Event):
     partition: Int32
     offsets: tuple[Int64, ...]
     values: tuple[str, ...]
+
+
+# -- log compaction (issue 13): a replica's log cleaner ----------------------------------------------------------
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogCompacted(Event):
+    """A replica's log cleaner compacted its log (cleanup.policy=compact): it built the key map over the dirty
+    offsets [`first_dirty_offset`, `cleaned_up_to`) and rewrote every segment below `cleaned_up_to`, keeping each
+    key's latest record. Offsets do not change; `records_removed` counts superseded and keyless records and
+    tombstones past their delete horizon (`tombstones_removed` of them). Each replica cleans its own log."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    first_dirty_offset: Int64
+    cleaned_up_to: Int64
+    segments_before: Int32
+    segments_after: Int32
+    bytes_before: Int64
+    bytes_after: Int64
+    records_removed: Int64
+    tombstones_removed: Int64
+
+
+# -- partition reassignment (issue 13): the controller's KIP-455 decisions -------------------------------------------
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionReassignmentStarted(Event):
+    """An admin asked to move a partition to `target_replicas` (AlterPartitionReassignments) and the controller
+    accepted it: `replicas` is now the target followed by `removing_replicas`; `adding_replicas` join as followers
+    and the reassignment completes once every target replica is in the ISR. `original_replicas` is what a
+    cancellation restores. A target the ISR already covers completes in the same decision
+    (PartitionReassignmentCompleted follows at once)."""
+
+    topic: str
+    partition: Int32
+    original_replicas: BrokerIds
+    target_replicas: BrokerIds
+    adding_replicas: BrokerIds
+    removing_replicas: BrokerIds
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionReassignmentCompleted(Event):
+    """A partition's reassignment completed: every target replica was in the ISR, so the replicas became
+    `replicas` (the target), the removed ones left the replicas and ISR, and a removed leader was replaced (a
+    LeaderElected with election `reassignment` says by whom)."""
+
+    topic: str
+    partition: Int32
+    replicas: BrokerIds
+    removed_replicas: BrokerIds
+    leader: Int32
+    leader_epoch: Int32
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionReassignmentCancelled(Event):
+    """An admin cancelled a partition's reassignment (a null target, Kafka's PartitionReassignmentRevert): the
+    replicas went back to `replicas` (the original ones) and the replicas being added, `dropped_replicas`, left
+    the replicas and ISR."""
+
+    topic: str
+    partition: Int32
+    replicas: BrokerIds
+    dropped_replicas: BrokerIds
+    leader: Int32
+    leader_epoch: Int32
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET
+
+
+# -- issue 13, the canary client service: its periodic summary ------------------------------------------------------
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CanarySummary(Event):
+    """The canary (`hightide canary`, like Xinfra Monitor) summed up its checks so far, once per summary interval
+    and when it stops: records sent to its monitor `topic` (`records_produced`), acknowledged, failed
+    (`produce_errors`), read back (`records_consumed`), and of those read, how many acknowledged records it saw
+    passed over (`records_lost`), read twice (`records_duplicated`) or out of order (`records_reordered`); the
+    99th percentile end-to-end delay of its recent reads (-1 before any). Its records' own SendInvoked,
+    SendCompleted and RecordsConsumed events carry the detail the audit checks."""
+
+    topic: str
+    partitions: Int32
+    records_produced: Int64
+    records_acknowledged: Int64
+    produce_errors: Int64
+    records_consumed: Int64
+    records_lost: Int64
+    records_duplicated: Int64
+    records_reordered: Int64
+    delay_ms_p99: Int64
 
 
 # -- consumer groups (issue 13: the group coordinator on the broker leading the group's offsets partition) ----------

@@ -12,13 +12,18 @@ Kafka's names and meanings (`metadata/src/main/resources/common/metadata/*.json`
 |                                 | the log itself says whether the broker registered after a clean stop)   |
 | BrokerRegistrationChangeRecord  | log dirs, replaced by `offline_replicas` (the broker's replicas whose    |
 |                                 | log is unusable); `None` stands for Kafka's "no change" of each field   |
-| PartitionRecord                 | removing/adding replicas, directories, leader recovery state            |
-| PartitionChangeRecord           | replicas, removing/adding replicas, directories, leader recovery state  |
+| PartitionRecord                 | directories, leader recovery state                                       |
+| PartitionChangeRecord           | directories, leader recovery state                                       |
 | ConfigRecord                    | resource type (always a topic here); `value` None deletes the key       |
 
 A PartitionChangeRecord carries only what changes: `None` leaves a list as it is, and `leader` is
 NO_LEADER_CHANGE (-2) unless the leader changes. Applying one always bumps the partition epoch, and bumps the
 leader epoch exactly when `leader` is set (PartitionRegistration.merge).
+
+Reassignment (KIP-455 as KRaft records it): `removing_replicas` / `adding_replicas` are non-empty while a
+partition's replicas are being moved; `replicas` then holds the target followed by the ones being removed. They
+default to empty (and `None`, no change, in a PartitionChangeRecord), so a log written before they existed reads
+as one with no reassignment.
 """
 
 from __future__ import annotations
@@ -103,6 +108,8 @@ class PartitionRecord:
     leader: Int32
     leader_epoch: Int32 = 0
     partition_epoch: Int32 = 0
+    removing_replicas: BrokerIds = ()
+    adding_replicas: BrokerIds = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,6 +122,9 @@ class PartitionChangeRecord:
     isr: BrokerIds | None = None
     elr: BrokerIds | None = None
     last_known_elr: BrokerIds | None = None
+    replicas: BrokerIds | None = None
+    removing_replicas: BrokerIds | None = None
+    adding_replicas: BrokerIds | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -766,3 +766,80 @@ def _decompress_zstd(data: memoryview, limit: int) -> bytes:
     if content_size > limit:
         raise ValueError(f"frame states a content size of {content_size} bytes, over the limit of {limit}")
     return decompressor.decompress(data)
+
+
+# --- log compaction: a batch rewritten with the records it keeps (hightide.storage.cleaner) ------------------
+
+DELETE_HORIZON_BIT: Final = 0x40
+"""Attribute bit 6 (KIP-534): the batch's baseTimestamp is its delete horizon, after which the cleaner may remove
+its tombstones. Record timestamps stay baseTimestamp + timestampDelta, so each record keeps its timestamp."""
+
+
+def delete_horizon_ms(header: BatchHeader) -> int | None:
+    """The batch's delete horizon (KIP-534), or None when the cleaner has not stamped one."""
+    return header.base_timestamp if header.attributes & DELETE_HORIZON_BIT else None
+
+
+def rebuild_batch(header: BatchHeader, records: Sequence[Record], *, delete_horizon: int | None) -> bytes:
+    """The batch of `header` holding only `records` (some of its own, in order), as Kafka's log cleaner rewrites
+    it (`MemoryRecords.filterTo`): base offset, last offset delta, producer id, epoch and base sequence, partition
+    leader epoch and flags kept, so offsets never move and a producer's last sequence survives; each record keeps
+    its offset and timestamp; the CRC is computed again. With no records, the empty batch Kafka keeps for an
+    idempotent producer's last batch (`writeEmptyHeader`: uncompressed, both timestamps the batch's max).
+    `delete_horizon` (KIP-534) is stamped as the base timestamp with DELETE_HORIZON_BIT."""
+    attributes = header.attributes & ~DELETE_HORIZON_BIT
+    if not records:
+        base_timestamp = max_timestamp = header.max_timestamp
+        body = b""
+        attributes &= ~_COMPRESSION_MASK
+    else:
+        base_timestamp = header.base_timestamp if delete_horizon is None else delete_horizon
+        if header.timestamp_type == _LOG_APPEND_TIME:
+            max_timestamp = header.max_timestamp
+        else:
+            max_timestamp = max(record.timestamp for record in records)
+        body = _encode_retained(header, records, base_timestamp)
+        if header.compression is not Compression.NONE:
+            body = _compress(header.compression, body)
+    if delete_horizon is not None:
+        base_timestamp = delete_horizon
+        attributes |= DELETE_HORIZON_BIT
+    fields = (
+        attributes,
+        header.last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        len(records),
+    )
+    after_crc = _HEADER_AFTER_CRC.pack(*fields) + body
+    before_crc = _HEADER_BEFORE_CRC.pack(
+        header.base_offset,
+        len(after_crc) + _CRC_START - LOG_OVERHEAD,
+        header.partition_leader_epoch,
+        MAGIC_V2,
+        crc32c.crc32c(after_crc),
+    )
+    return before_crc + after_crc
+
+
+def _encode_retained(header: BatchHeader, records: Sequence[Record], base_timestamp: int) -> bytes:
+    parts = []
+    for record in records:
+        offset_delta = record.offset - header.base_offset
+        if not 0 <= offset_delta <= header.last_offset_delta:
+            raise ValueError(f"record at offset {record.offset} is outside the batch at {header.base_offset}")
+        body = b"".join(
+            (
+                b"\x00",
+                _varint(record.timestamp - base_timestamp),
+                _varint(offset_delta),
+                _NULL if record.key is None else _varint(len(record.key)) + record.key,
+                _NULL if record.value is None else _varint(len(record.value)) + record.value,
+                _encode_headers(record.headers),
+            )
+        )
+        parts.append(_varint(len(body)) + body)
+    return b"".join(parts)

@@ -60,6 +60,9 @@ class ControllerApi(StrEnum):
     ELECT_LEADERS = "elect_leaders"
     INIT_PRODUCER_ID = "init_producer_id"
     DESCRIBE_CLUSTER = "describe_cluster"
+    # partition reassignment (issue 13)
+    ALTER_PARTITION_REASSIGNMENTS = "alter_partition_reassignments"
+    LIST_PARTITION_REASSIGNMENTS = "list_partition_reassignments"
 
 
 class InvalidClusterId(ValueError):

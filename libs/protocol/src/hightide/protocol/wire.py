@@ -219,6 +219,10 @@ class PartitionMetadata(Wire):
     offline_replicas: BrokerIds = ()
     """Kafka's MetadataResponse offline_replicas: replicas whose log their broker reported unusable (KIP-858's
     offline log directory); they are neither leader nor in the ISR until their broker registers again."""
+    adding_replicas: BrokerIds = ()
+    removing_replicas: BrokerIds = ()
+    """A reassignment in progress (issue 13): the replicas being added and removed (Kafka's
+    ListPartitionReassignments, carried here so `topic describe` needs one request)."""
 
 
 class TopicMetadata(Wire):
@@ -462,6 +466,58 @@ def decode(kind: type[W], data: bytes) -> W:
 def error_response(kind: type[RW], error: ErrorCode, message: str = "", **fields: Any) -> RW:
     """A response of type `kind` that fails the whole request with `error`."""
     return kind(error=int(error), message=message[:4096], **fields)
+
+
+# -- partition reassignment (issue 13): AlterPartitionReassignments and ListPartitionReassignments ------------------
+
+
+class ReassignablePartition(Wire):
+    """One partition's target replicas; None cancels the reassignment in progress (Kafka's null replicas)."""
+
+    topic: TopicName
+    partition: PartitionId
+    replicas: BrokerIds | None
+
+
+class AlterPartitionReassignmentsRequest(Wire):
+    partitions: Annotated[tuple[ReassignablePartition, ...], Field(min_length=1, max_length=PARTITIONS_PER_REQUEST_MAX)]
+
+
+class ReassignmentResult(Wire):
+    topic: TopicName
+    partition: PartitionId
+    error: Int16
+    message: ShortText = ""
+
+
+class AlterPartitionReassignmentsResponse(Response):
+    results: Annotated[tuple[ReassignmentResult, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] = ()
+
+
+class ListPartitionReassignmentsRequest(Wire):
+    """None: every partition being reassigned; otherwise only these (unknown ones are left out, as Kafka)."""
+
+    partitions: Annotated[tuple[TopicPartitionRef, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] | None = None
+
+
+class OngoingPartitionReassignment(Wire):
+    topic: TopicName
+    partition: PartitionId
+    replicas: BrokerIds
+    adding_replicas: BrokerIds
+    removing_replicas: BrokerIds
+
+
+class ListPartitionReassignmentsResponse(Response):
+    reassignments: Annotated[
+        tuple[OngoingPartitionReassignment, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)
+    ] = ()
+
+
+REQUEST_OF[ControllerApi.ALTER_PARTITION_REASSIGNMENTS] = AlterPartitionReassignmentsRequest
+REQUEST_OF[ControllerApi.LIST_PARTITION_REASSIGNMENTS] = ListPartitionReassignmentsRequest
+RESPONSE_OF[ControllerApi.ALTER_PARTITION_REASSIGNMENTS] = AlterPartitionReassignmentsResponse
+RESPONSE_OF[ControllerApi.LIST_PARTITION_REASSIGNMENTS] = ListPartitionReassignmentsResponse
 
 
 # -- consumer groups (issue 13: the group coordinator's APIs) ----------------------------------------------------

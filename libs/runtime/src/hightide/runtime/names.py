@@ -55,6 +55,9 @@ BROKER_CONFIG_NAMES: Final = frozenset(
         "log.retention.check.interval.ms",
         "controlled.shutdown.timeout.ms",
         "controller.request.timeout.ms",
+        # log compaction (issue 13)
+        "log.cleaner.enable",
+        "log.cleaner.backoff.ms",
     }
 )
 

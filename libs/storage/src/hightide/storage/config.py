@@ -12,9 +12,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
-from hightide.core.topic_configs import LOG_CONFIG_NAMES, TOPIC_CONFIGS, InvalidTopicConfig, int_default, parse
+from hightide.core.compaction import CompactionSettings, is_compacted, is_deleted_by_retention, max_segment_ms
+from hightide.core.topic_configs import (
+    LOG_CONFIG_NAMES,
+    TOPIC_CONFIGS,
+    InvalidTopicConfig,
+    float_default,
+    int_default,
+    list_default,
+    parse,
+)
 from hightide.storage.errors import InvalidConfig
 
 
@@ -33,6 +42,12 @@ class LogConfig:
     flush_ms: int = int_default("flush.ms")
     max_message_bytes: int = int_default("max.message.bytes")
     file_delete_delay_ms: int = int_default("file.delete.delay.ms")
+    # Log compaction (hightide.core.compaction, hightide.storage.cleaner).
+    cleanup_policy: tuple[str, ...] = list_default("cleanup.policy")
+    min_cleanable_dirty_ratio: float = float_default("min.cleanable.dirty.ratio")
+    delete_retention_ms: int = int_default("delete.retention.ms")
+    min_compaction_lag_ms: int = int_default("min.compaction.lag.ms")
+    max_compaction_lag_ms: int = int_default("max.compaction.lag.ms")
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -44,7 +59,7 @@ class LogConfig:
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
         """Build a config from Kafka's dotted names, overriding `base` (Kafka's defaults if None)."""
-        changes: dict[str, int] = {}
+        changes: dict[str, Any] = {}  # each value typed by its row, as the dataclass checks
         for name, raw in properties.items():
             field = _FIELD_FOR.get(name)
             if field is None:
@@ -53,13 +68,16 @@ class LogConfig:
                 value = parse(name, str(raw))
             except InvalidTopicConfig as error:
                 raise InvalidConfig(error.message) from None
-            assert isinstance(value, int) and not isinstance(value, bool), (name, value)
+            assert not isinstance(value, bool), (name, value)
             changes[field] = value
         return dataclasses.replace(base or cls(), **changes)
 
     def to_properties(self) -> dict[str, str]:
         """Kafka's dotted names and values, for describe output and round trips."""
-        return {_KAFKA_NAME[f.name]: str(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {
+            _KAFKA_NAME[f.name]: TOPIC_CONFIGS[_KAFKA_NAME[f.name]].format(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+        }
 
     @property
     def offset_index_max_entries(self) -> int:
@@ -68,6 +86,32 @@ class LogConfig:
     @property
     def time_index_max_entries(self) -> int:
         return self.segment_index_bytes // 12
+
+    @property
+    def compact(self) -> bool:
+        """cleanup.policy holds `compact`: the log cleaner compacts this log."""
+        return is_compacted(self.cleanup_policy)
+
+    @property
+    def delete(self) -> bool:
+        """cleanup.policy holds `delete`: retention.ms and retention.bytes delete old segments."""
+        return is_deleted_by_retention(self.cleanup_policy)
+
+    @property
+    def max_segment_ms(self) -> int:
+        """segment.ms, or max.compaction.lag.ms if lower on a compacted log (Kafka's `LogConfig.maxSegmentMs`)."""
+        return max_segment_ms(self.cleanup_policy, self.segment_ms, self.max_compaction_lag_ms)
+
+    def compaction_settings(self) -> CompactionSettings:
+        return CompactionSettings(
+            min_cleanable_dirty_ratio=self.min_cleanable_dirty_ratio,
+            min_compaction_lag_ms=self.min_compaction_lag_ms,
+            max_compaction_lag_ms=self.max_compaction_lag_ms,
+            delete_retention_ms=self.delete_retention_ms,
+            segment_bytes=self.segment_bytes,
+            offset_index_max_entries=self.offset_index_max_entries,
+            time_index_max_entries=self.time_index_max_entries,
+        )
 
 
 _KAFKA_NAME: Final = {f.name: f.name.replace("_", ".") for f in dataclasses.fields(LogConfig)}

@@ -41,6 +41,8 @@ Like Kafka, a roll does not fsync on the append path: it marks the finished segm
 from __future__ import annotations
 
 import bisect
+import contextlib
+import os
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -57,19 +59,29 @@ from hightide.core.retention import (
 from hightide.core.rolling import roll_reason
 from hightide.core.validation import validate_produce, validate_replicated
 from hightide.protocol.errors import ErrorCode
-from hightide.protocol.records import LOG_OVERHEAD, BatchHeader, InvalidRecordBatch, decode_batch
-from hightide.storage.checkpoint import PartitionMetadataFile, TopicPartition, topic_id_problem
+from hightide.protocol.records import (
+    BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    InvalidRecordBatch,
+    decode_batch,
+    read_batch_header,
+)
+from hightide.storage.checkpoint import PartitionMetadataFile, TopicPartition, fsync_directory, topic_id_problem
 from hightide.storage.config import LogConfig
 from hightide.storage.disk import SYSTEM_DISK, DiskIO, WriteBuffer
 from hightide.storage.errors import DiskError, LogOffline, OffsetOutOfRange, StorageError
 from hightide.storage.segment import (
+    CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
     SegmentRecovery,
     WrittenBatch,
+    segment_paths,
 )
 
 _PREFIX: Final = struct.Struct(">qii")  # base offset, batch length, partition leader epoch: bytes 0..16
@@ -160,6 +172,9 @@ class PartitionLog:
         self.last_flush_ms = WallMs(0)
         self._flush_wanted_up_to = 0
         self.recovery_report = RecoveryReport(clean_shutdown=True)
+        # Log compaction: where the dirty section starts (Kafka's cleaner-offset-checkpoint entry), None until the
+        # first cleaning or a checkpoint says (everything from the log start offset is dirty then).
+        self.cleaner_checkpoint: int | None = None
 
     # -- opening -------------------------------------------------------------------------------------------
 
@@ -224,13 +239,39 @@ class PartitionLog:
         self.last_flush_ms = now
 
     def _remove_leftovers(self) -> None:
-        """Finish deletions a crash interrupted, and drop index files whose log is gone."""
+        """Finish deletions and swaps a crash interrupted, drop cleanings it interrupted, and drop index files whose
+        log is gone."""
+        for swap in sorted(self.directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
+            self._complete_swap(swap)
         for path in self.directory.iterdir():
-            if path.name.endswith((DELETED_SUFFIX, ".tmp", ".cleaned", ".swap")):
+            if path.name.endswith((DELETED_SUFFIX, ".tmp", CLEANED_SUFFIX, SWAP_SUFFIX)):
                 path.unlink()
         for path in self.directory.iterdir():
             if path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and not path.with_suffix(LOG_SUFFIX).exists():
                 path.unlink()
+
+    def _complete_swap(self, swap: Path) -> None:
+        """Kafka's LogLoader on a `.swap` segment: it is whole and durable (fsynced before its rename), so the
+        segments it replaces — those whose base offset lies in its offsets — go and it takes its final name. Its
+        indexes are dropped and rebuilt on load."""
+        base_text = swap.name[: -len(LOG_SUFFIX + SWAP_SUFFIX)]
+        if not base_text.isdigit():
+            return  # not a segment's: removed with the other leftovers
+        base = int(base_text)
+        end = base
+        with swap.open("rb") as file, contextlib.suppress(InvalidRecordBatch):
+            while len(prefix := file.read(BATCH_HEADER_SIZE)) == BATCH_HEADER_SIZE:
+                header = read_batch_header(prefix)
+                end = header.next_offset
+                file.seek(header.size - BATCH_HEADER_SIZE, os.SEEK_CUR)
+        for path in list(self.directory.glob(f"*{LOG_SUFFIX}")):
+            if path.stem.isdigit() and base <= int(path.stem) < max(end, base + 1):
+                for doomed in segment_paths(self.directory, int(path.stem)):
+                    doomed.unlink(missing_ok=True)
+        for index in segment_paths(self.directory, base, SWAP_SUFFIX)[1:]:
+            index.unlink(missing_ok=True)
+        os.replace(swap, segment_paths(self.directory, base)[0])
+        fsync_directory(self.directory)
 
     def _load_segments(self, now: WallMs, recovery_point: int | None) -> None:
         bases = sorted(int(p.stem) for p in self.directory.glob(f"*{LOG_SUFFIX}") if p.stem.isdigit())
@@ -331,7 +372,10 @@ class PartitionLog:
         segment.bytes), its refusal as a StorageError: what a leader checks before its core assigns offsets."""
         try:
             return validate_produce(
-                records, max_message_bytes=self.config.max_message_bytes, segment_bytes=self.config.segment_bytes
+                records,
+                max_message_bytes=self.config.max_message_bytes,
+                segment_bytes=self.config.segment_bytes,
+                compacted=self.config.compact,
             )
         except InvalidRecordBatch as e:
             raise StorageError(f"{self.topic_partition}: {e.args[0]}", e.error_code) from None
@@ -369,10 +413,10 @@ class PartitionLog:
         """Append a leader's batches as they are. `validated` holds the headers `validate_replicated` returned for
         these very bytes; without it they are validated here (one CRC per batch).
 
-        Refused, changing nothing: batches that do not start exactly at the LEO or do not follow each other (a gap
-        or an overlap: INVALID_RECORD), and a single batch larger than segment.bytes (RECORD_LIST_TOO_LARGE).
-        A set larger than segment.bytes rolls between batches. (A compacted topic will need gaps between batches;
-        then only the check of the first offset stays.)"""
+        Refused, changing nothing: batches that start below the LEO or overlap each other (INVALID_RECORD), and a
+        single batch larger than segment.bytes (RECORD_LIST_TOO_LARGE). A set larger than segment.bytes rolls
+        between batches. Gaps are accepted, as Kafka's follower accepts them: a compacted leader's log has them where
+        the cleaner removed whole batches (the replica core decides that an answer beyond the LEO is one)."""
         self._check_online()
         if validated is None:
             try:
@@ -390,14 +434,14 @@ class PartitionLog:
         self, headers: Sequence[BatchHeader]
     ) -> tuple[list[WrittenBatch], tuple[tuple[int, int], ...]]:
         """What the segments index of each batch, and where leader epochs start; refused unless the batches
-        continue the log exactly, one after the other. One pass: this runs on every follower append."""
+        continue the log in increasing offsets (gaps allowed). One pass: this runs on every follower append."""
         expected = self.log_end_offset
         batches: list[WrittenBatch] = []
         epoch_starts: list[tuple[int, int]] = []
         epoch = None
         for header in headers:
             base_offset, last_offset = header.base_offset, header.last_offset
-            if base_offset != expected or last_offset < base_offset:
+            if base_offset < expected or last_offset < base_offset:
                 raise self._discontinuous(header, expected)
             batches.append((base_offset, last_offset, header.max_timestamp, header.size))
             if header.partition_leader_epoch != epoch:
@@ -407,16 +451,15 @@ class PartitionLog:
         return batches, tuple(epoch_starts)
 
     def _discontinuous(self, header: BatchHeader, expected: int) -> StorageError:
-        if header.base_offset == expected:
+        if header.base_offset >= expected:
             return StorageError(
                 f"{self.topic_partition}: batch at offset {header.base_offset} ends before it starts "
                 f"(last offset delta {header.last_offset_delta})",
                 ErrorCode.CORRUPT_MESSAGE,
             )
-        what = "a gap" if header.base_offset > expected else "an overlap"
         return StorageError(
             f"{self.topic_partition}: batch at offset {header.base_offset} does not continue the log at offset "
-            f"{expected} ({what})",
+            f"{expected} (an overlap)",
             ErrorCode.INVALID_RECORD,
         )
 
@@ -453,6 +496,7 @@ class PartitionLog:
 
     def _append(self, chunks: list[_Chunk], epoch_starts: tuple[tuple[int, int], ...], now: WallMs) -> AppendInfo:
         segments_before, flush_wanted_before = len(self._segments), self._flush_wanted_up_to
+        end_before = self.log_end_offset
         active = self._segments[-1]
         created_before = active.created_ms
         rolled_to: list[int] = []
@@ -462,7 +506,7 @@ class PartitionLog:
                 if rolled is not None:
                     rolled_to.append(rolled)
         except OSError as error:
-            undo = _AppendUndo(segments_before, active, chunks[0][1][0][0], created_before, flush_wanted_before)
+            undo = _AppendUndo(segments_before, active, end_before, created_before, flush_wanted_before)
             raise self._undo_append(undo, error, now) from None
         batches = chunks[0][1] if len(chunks) == 1 else [batch for _, run in chunks for batch in run]
         if len(batches) == 1:
@@ -494,7 +538,7 @@ class PartitionLog:
             max_timestamp,
             last_offset,
             segment_bytes=config.segment_bytes,
-            segment_ms=config.segment_ms,
+            segment_ms=config.max_segment_ms,
             now=now,
         )
         if reason is not None:
@@ -661,11 +705,12 @@ class PartitionLog:
         config = self.config
         try:
             plan = plan_retention(
-                self._summaries(with_timestamps=config.retention_ms >= 0),
+                self._summaries(with_timestamps=config.retention_ms >= 0 and config.delete),
                 log_start_offset=self.log_start_offset,
                 high_watermark=self.high_watermark,
-                retention_ms=config.retention_ms,
-                retention_bytes=config.retention_bytes,
+                # cleanup.policy=compact alone: no time or size retention, only the log start offset (Kafka).
+                retention_ms=config.retention_ms if config.delete else -1,
+                retention_bytes=config.retention_bytes if config.delete else -1,
                 now=now,
             )
         except OSError as error:
@@ -739,6 +784,42 @@ class PartitionLog:
         # Below the log start offset nothing needs recovering (Kafka's updateLogStartOffset).
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
 
+    # -- compaction ----------------------------------------------------------------------------------------
+
+    def replace_segments(self, base_offset: int, old: Sequence[LogSegment], now: WallMs) -> LogSegment:
+        """Swap in the cleaned segment at `base_offset` (its `.cleaned` files, written and fsynced by the cleaner)
+        for `old`, consecutive segments of this log starting at that base (Kafka's `LocalLog.replaceSegments`):
+        `.cleaned` -> `.swap` (the log file last: the commit point), the old segments deleted, `.swap` -> the final
+        names. A crash anywhere leaves the old segments or the new (`_complete_swap` finishes a committed swap).
+        Offsets do not move: the log start and end offsets, HW and recovery point stay as they are. A failure
+        takes the log offline (DiskError); its next start's recovery sorts the files out."""
+        self._check_online()
+        start = next((i for i, s in enumerate(self._segments) if s is old[0]), None)
+        assert start is not None and old[0].base_offset == base_offset, (base_offset, old)
+        assert all(a is b for a, b in zip(self._segments[start : start + len(old)], old, strict=False)), old
+        assert start + len(old) < len(self._segments), "the active segment is never cleaned"
+        cleaned, swap, final = (
+            segment_paths(self.directory, base_offset, s) for s in (CLEANED_SUFFIX, SWAP_SUFFIX, "")
+        )
+        try:
+            for index in (1, 2, 0):
+                os.replace(cleaned[index], swap[index])
+            fsync_directory(self.directory)
+            del self._segments[start : start + len(old)]
+            del self._bases[start : start + len(old)]
+            for segment in old:
+                segment.delete()
+            for index in (0, 1, 2):
+                os.replace(swap[index], final[index])
+            fsync_directory(self.directory)
+            segment = LogSegment(self.directory, base_offset, self.config, now, self._disk)
+            self._segments.insert(start, segment)
+            self._bases.insert(start, base_offset)
+            segment.load()
+        except (OSError, StorageError) as error:
+            raise self._go_offline(f"swapping in the cleaned segment at offset {base_offset} failed: {error}") from None
+        return segment
+
     # -- truncation ----------------------------------------------------------------------------------------
 
     def truncate_to(self, offset: int, now: WallMs) -> int:
@@ -772,6 +853,7 @@ class PartitionLog:
         self.high_watermark = min(self.high_watermark, end)
         self.recovery_point = min(self.recovery_point, end)
         self._flush_wanted_up_to = min(self._flush_wanted_up_to, end)
+        self._truncate_cleaner_checkpoint(end)
         return removed
 
     def truncate_fully_and_start_at(self, offset: int, now: WallMs) -> None:
@@ -795,6 +877,12 @@ class PartitionLog:
         self.high_watermark = offset
         self.recovery_point = offset
         self._flush_wanted_up_to = offset
+        self._truncate_cleaner_checkpoint(offset)
+
+    def _truncate_cleaner_checkpoint(self, end: int) -> None:
+        """Kafka's `maybeTruncateCheckpoint`: what is appended again after a truncation is dirty."""
+        if self.cleaner_checkpoint is not None:
+            self.cleaner_checkpoint = min(self.cleaner_checkpoint, end)
 
     # -- durability ----------------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ Room: libs/storage. Kafka's LogManager, for one log dir:
       recovery-point-offset-checkpoint    topic partition offset: flushed up to here
       log-start-offset-checkpoint         topic partition offset: the low watermark
       replication-offset-checkpoint       topic partition offset: the high watermark (written by the replica layer)
+      cleaner-offset-checkpoint           topic partition offset: a compacted log's first dirty offset
       <topic>-<partition>/                one PartitionLog each
       <topic>-<partition>.<uuid>-delete/  a deleted partition awaiting removal
 
@@ -50,6 +51,7 @@ from hightide.storage.errors import StorageError
 from hightide.storage.log import DeletedSegment, PartitionLog
 
 CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
+CLEANER_OFFSET_CHECKPOINT: Final = "cleaner-offset-checkpoint"
 LOCK_FILE: Final = ".lock"
 DELETE_DIR_SUFFIX: Final = "-delete"
 _LEGAL_TOPIC: Final = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -91,6 +93,7 @@ class LogManager:
         self._recovery_points = OffsetCheckpointFile(log_dir / RECOVERY_POINT_OFFSET_CHECKPOINT)
         self._log_start_offsets = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT)
         self._high_watermarks = OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT)
+        self._cleaner_offsets = OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT)
 
     @classmethod
     def open(
@@ -136,6 +139,7 @@ class LogManager:
         clean = self.previous_clean_shutdown is not None
         recovery_points = self._recovery_points.read()
         log_start_offsets = self._log_start_offsets.read()
+        cleaner_offsets = self._cleaner_offsets.read()
         for tp, directory in self._partition_dirs():
             self.logs[tp] = PartitionLog.open(
                 directory,
@@ -147,6 +151,7 @@ class LogManager:
                 clean_shutdown=clean,
                 disk=self._disk,
             )
+            self.logs[tp].cleaner_checkpoint = cleaner_offsets.get(tp)
         # From here on a crash must be treated as unclean: the marker goes before anything is written.
         if clean:
             marker.unlink()
@@ -245,6 +250,13 @@ class LogManager:
     def checkpoint_log_start_offsets(self) -> None:
         self._log_start_offsets.write({tp: log.log_start_offset for tp, log in self.logs.items()})
 
+    def checkpoint_cleaner_offsets(self) -> None:
+        """Kafka's cleaner-offset-checkpoint: each compacted log's first dirty offset, so a restart does not clean
+        the whole log again."""
+        self._cleaner_offsets.write(
+            {tp: log.cleaner_checkpoint for tp, log in self.logs.items() if log.cleaner_checkpoint is not None}
+        )
+
     def checkpoint_high_watermarks(self) -> None:
         self._high_watermarks.write({tp: log.high_watermark for tp, log in self.logs.items()})
 
@@ -264,6 +276,7 @@ class LogManager:
             self.checkpoint_recovery_points()
             self.checkpoint_log_start_offsets()
             self.checkpoint_high_watermarks()
+            self.checkpoint_cleaner_offsets()
             if not offline:  # last: a failure above (a StorageError) leaves no marker either
                 marker = {"version": 0, "brokerEpoch": broker_epoch}
                 write_atomically(self.log_dir / CLEAN_SHUTDOWN_FILE, json.dumps(marker))

@@ -44,6 +44,8 @@ LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"
 DELETED_SUFFIX: Final = ".deleted"
+CLEANED_SUFFIX: Final = ".cleaned"  # a segment the cleaner is writing (Kafka's CleanedFileSuffix)
+SWAP_SUFFIX: Final = ".swap"  # a cleaned segment, complete and durable, replacing older ones (Kafka's SwapFileSuffix)
 SCAN_CHUNK_BYTES: Final = 64 * 1024
 RECOVERY_CHUNK_BYTES: Final = 8 * 1024 * 1024
 
@@ -52,6 +54,17 @@ def filename_prefix(offset: int) -> str:
     """Kafka's `filenamePrefixFromOffset`: the offset in 20 digits."""
     assert offset >= 0
     return f"{offset:020d}"
+
+
+def segment_paths(directory: Path, base_offset: int, file_suffix: str = "") -> tuple[Path, Path, Path]:
+    """The log, offset index and time index files of the segment at `base_offset`, with `file_suffix` after each
+    name (Kafka's `LogFileUtils`: `00000000000000000000.log.cleaned`)."""
+    prefix = directory / filename_prefix(base_offset)
+    return (
+        Path(f"{prefix}{LOG_SUFFIX}{file_suffix}"),
+        Path(f"{prefix}{INDEX_SUFFIX}{file_suffix}"),
+        Path(f"{prefix}{TIME_INDEX_SUFFIX}{file_suffix}"),
+    )
 
 
 # What the append path needs of a batch: (base offset, last offset, max timestamp, size in bytes). A plain
@@ -81,16 +94,21 @@ class LogSegment:
     """A segment's files and the in-memory state needed to append to, read from and roll it."""
 
     def __init__(
-        self, directory: Path, base_offset: int, config: LogConfig, created_ms: WallMs, disk: DiskIO = SYSTEM_DISK
+        self,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        created_ms: WallMs,
+        disk: DiskIO = SYSTEM_DISK,
+        *,
+        file_suffix: str = "",
     ) -> None:
+        """`file_suffix` (CLEANED_SUFFIX) names files the log does not load: the cleaner's segment in the making."""
         assert base_offset >= 0
         self.base_offset = base_offset
         self.config = config
         self._disk = disk
-        prefix = directory / filename_prefix(base_offset)
-        self.log_path = prefix.with_suffix(LOG_SUFFIX)
-        index_path = prefix.with_suffix(INDEX_SUFFIX)
-        time_index_path = prefix.with_suffix(TIME_INDEX_SUFFIX)
+        self.log_path, index_path, time_index_path = segment_paths(directory, base_offset, file_suffix)
         self.indexes_missing = not (index_path.exists() and time_index_path.exists())
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
@@ -450,4 +468,5 @@ __all__ = [
     "TimestampOffset",
     "WrittenBatch",
     "filename_prefix",
+    "segment_paths",
 ]

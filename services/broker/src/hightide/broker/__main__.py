@@ -56,6 +56,8 @@ def settings_from(broker_id: int, cluster_id: str, data_dir: Path, props: dict[s
         log_retention_check_interval_ms=get_int(props, "log.retention.check.interval.ms", 300_000, minimum=1),
         controller_request_timeout_ms=get_int(props, "controller.request.timeout.ms", 5_000, minimum=1),
         controlled_shutdown_timeout_ms=get_int(props, "controlled.shutdown.timeout.ms", 30_000, minimum=0),
+        log_cleaner_enable=get_bool(props, "log.cleaner.enable", True),
+        log_cleaner_backoff_ms=get_int(props, "log.cleaner.backoff.ms", 15_000, minimum=0),
         groups=group_settings_from(props),
         group_coordinator=group_coordinator_config_from(props),
     )

@@ -9,6 +9,9 @@ Room: services/broker (wiring). Every rule of hosting replicas, serving produce 
   fetches and AlterPartition, the event sink for events), flushing events to the outbox before any answer or
   request leaves, and hands a refused storage effect back to the manager;
 - follows the metadata log (a JetStream ordered consumer) into the `MetadataImage` the manager reads;
+- runs the log cleaner (`log.cleaner.enable`): every `log.cleaner.backoff.ms` it prepares cleanings of the
+  compacted logs, builds them on a thread (the driving task goes on serving), and swaps them in back on the driving
+  task, reporting LogCompacted;
 - lives: registers with the controller once it has read the metadata log as far as it went at start, heartbeats
   every `broker.heartbeat.interval.ms` (with the replicas whose storage failed), joins the queue group that answers
   clients' metadata requests only once the manager is caught up, and on SIGTERM shuts down under control.
@@ -88,11 +91,15 @@ from hightide.runtime.events import EventSink
 from hightide.runtime.metadata_log import MetadataLog
 from hightide.runtime.metrics import BrokerMetrics
 from hightide.runtime.rpc import Inbox, RequestFailed, reply, request
+from hightide.storage.checkpoint import TopicPartition
+from hightide.storage.cleaner import CleaningJob
 from hightide.storage.config import LogConfig
+from hightide.storage.errors import StorageError
 
 TICK_INTERVAL_S: Final = 0.05
 RESPONSE_OVERHEAD_BYTES: Final = 64 * 1024
 REGISTRATION_RETRY_S: Final = 0.25
+CLEANER_STOP_TIMEOUT_S: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +119,9 @@ class BrokerSettings:
     log_retention_check_interval_ms: int = 300_000
     controller_request_timeout_ms: int = 5_000
     controlled_shutdown_timeout_ms: int = 30_000
+    # Log compaction (issue 13): Kafka's log.cleaner.enable and log.cleaner.backoff.ms.
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: int = 15_000
     groups: GroupSettings = field(default_factory=GroupSettings)
     group_coordinator: GroupCoordinatorConfig = field(default_factory=GroupCoordinatorConfig)
 
@@ -138,6 +148,14 @@ class _FetchDone:
     leader: int
     fetch_id: int
     response: wire.FetchResponse | None
+
+
+@dataclass(frozen=True, slots=True)
+class _CleaningDone:
+    """The cleaner thread finished building `jobs` (`error`: why it could not) for the driving task to commit."""
+
+    jobs: list[tuple[TopicPartition, CleaningJob]]
+    error: BaseException | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +195,10 @@ class BrokerService:
         self._outgoing: list[tuple[Msg, wire.Wire]] = []  # this input's answers, sent once its events are stored
         self._request_ids = itertools.count(1)
         self._client_metadata: Subscription | None = None
+        # The log cleaner: the jobs being built on a thread (at most one round at a time), and when to look next.
+        self._cleaning: list[tuple[TopicPartition, CleaningJob]] | None = None
+        self._cleaning_thread: asyncio.Future[None] | None = None
+        self._next_cleaning_mono_ms = 0
         self._handlers: dict[str, Callable[[Msg, Now], list[Effect] | wire.Response]] = {
             BrokerApi.PRODUCE: self._on_produce,
             BrokerApi.FETCH: self._on_fetch,
@@ -220,6 +242,7 @@ class BrokerService:
                 if subscription is not None:
                     with contextlib.suppress(Exception):
                         await subscription.unsubscribe()
+            await self._stop_cleaning()
             self.storage.close(self.manager.broker_epoch, clean=self.stopping.is_set())
             if self.stopping.is_set():
                 self.log.info("clean_shutdown", broker_epoch=self.manager.broker_epoch)
@@ -361,10 +384,14 @@ class BrokerService:
                     effects = self.manager.on_fetch_response(payload.leader, payload.fetch_id, payload.response, at)
             elif isinstance(payload, _AlterPartitionDone):
                 effects = self.manager.on_alter_partition_response(payload.request, payload.response, at)
+            elif isinstance(payload, _CleaningDone):
+                effects = []
+                self._finish_cleaning(payload, at)
             else:
                 assert kind == "tick", kind
                 effects = self.manager.tick(at)
                 self.storage.flush_due(at.wall_ms)
+                self._maybe_start_cleaning(at)
             self._carry_out(effects, at)
             self._groups_after_input(at, tick=kind == "tick", leadership=kind in ("metadata", "registered"))
             self.events.flush()  # the events of what just happened are in the outbox before any answer leaves
@@ -507,6 +534,66 @@ class BrokerService:
                 new_isr=list(message.new_isr),
             )
         await self.inbox.put("alter_partition_response", _AlterPartitionDone(message, answer))
+
+    # -- the log cleaner (issue 13) -------------------------------------------------------------------------------
+
+    def _maybe_start_cleaning(self, at: Now) -> None:
+        """Kafka's CleanerThread loop: when no round is running and the backoff has passed, prepare a round of
+        cleanings (on this task) and build it on a thread; the round's answer comes back through the inbox."""
+        if not self.settings.log_cleaner_enable or self._cleaning is not None or self.stopping.is_set():
+            return
+        if at.mono_ms < self._next_cleaning_mono_ms:
+            return
+        self._next_cleaning_mono_ms = at.mono_ms + self.settings.log_cleaner_backoff_ms
+        try:
+            jobs = self.storage.prepare_cleanings(at.wall_ms)
+        except StorageError as error:
+            self.log.warning("log_cleaner_prepare_failed", error=str(error)[:512])
+            return
+        if jobs:
+            self._cleaning = jobs
+            self._spawn(self._build_cleanings(jobs))
+
+    async def _build_cleanings(self, jobs: list[tuple[TopicPartition, CleaningJob]]) -> None:
+        self._cleaning_thread = asyncio.get_running_loop().run_in_executor(None, _build_all, jobs)
+        error: BaseException | None = None
+        try:
+            await asyncio.shield(self._cleaning_thread)
+        except Exception as failure:  # the round's failure is reported and its files discarded by the driver
+            error = failure
+        await self.inbox.put("cleaning_done", _CleaningDone(jobs, error))
+
+    def _finish_cleaning(self, done: _CleaningDone, at: Now) -> None:
+        self._cleaning, self._cleaning_thread = None, None
+        if done.error is not None:
+            for _, job in done.jobs:
+                job.discard()
+            self.log.warning("log_cleaner_failed", error=str(done.error)[:512])
+            return
+        try:
+            compacted = self.storage.commit_cleanings(done.jobs, at.wall_ms)
+        except StorageError as error:
+            self.log.warning("log_cleaner_swap_failed", error=str(error)[:512])
+            compacted = []
+        for event in compacted:
+            self.events.emit(event)
+        if compacted:
+            self._next_cleaning_mono_ms = at.mono_ms  # more may be dirty: look again at the next tick (Kafka)
+
+    async def _stop_cleaning(self) -> None:
+        """At shutdown: ask a round being built to stop, wait for its thread (it stops at its next batch), and
+        delete what it wrote."""
+        jobs, thread = self._cleaning, self._cleaning_thread
+        if jobs is None:
+            return
+        for _, job in jobs:
+            job.abort()
+        if thread is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(thread), CLEANER_STOP_TIMEOUT_S)
+        for _, job in jobs:
+            job.discard()
+        self._cleaning = None
 
     # -- the group coordinator (issue 13): hightide.broker.groups translates, the core decides ---------------------
 
@@ -655,6 +742,12 @@ class BrokerService:
         self.metrics.partition_count.set(len(self.manager.replicas))
         self.metrics.leader_count.set(len(leaders))
         self.metrics.under_replicated_partitions.set(sum(1 for core in leaders if len(core.isr) < len(core.replicas)))
+
+
+def _build_all(jobs: list[tuple[TopicPartition, CleaningJob]]) -> None:
+    """The cleaner thread's work: build every job of the round (reads and writes files, touches no log)."""
+    for _, job in jobs:
+        job.build()
 
 
 def count_isr_change(metrics: BrokerMetrics, completed: events.IsrChangeCompleted) -> None:

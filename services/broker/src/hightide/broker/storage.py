@@ -7,6 +7,10 @@ storage engine is raised as StorageError for the broker to hand back to the mana
 What the storage engine does on its own is reported as events next to the manager's, in the same order: a
 segment rolled by an append (SegmentRolled), segments removed by a truncation or by retention (SegmentDeleted,
 and the SegmentRolled of a fresh one when the log was emptied).
+
+Log compaction is the storage engine's own periodic work, outside the manager (each replica cleans its own log, as
+in Kafka): `prepare_cleanings` and `commit_cleanings` run on the broker's driving task, `build_cleanings` between
+them on a thread (`hightide.storage.cleaner`), and each cleaning swapped in is reported as LogCompacted.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from hightide.protocol.records import BatchHeader
 from hightide.runtime.names import LOG_CONFIG_NAMES
 from hightide.storage import checkpoint
 from hightide.storage.checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
+from hightide.storage.checkpoint import TopicPartition as LogPartition
+from hightide.storage.cleaner import CleaningJob, commit_cleaning, prepare_cleaning
 from hightide.storage.config import LogConfig
 from hightide.storage.errors import StorageError
 from hightide.storage.log import DeletedSegment, PartitionLog
@@ -183,6 +189,62 @@ class DiskStorage:
 
     def flush_due(self, now_ms: WallMs) -> None:
         self._manager().flush_due_logs(now_ms)
+
+    # -- log compaction (issue 13) ------------------------------------------------------------------------------
+
+    def prepare_cleanings(self, now_ms: WallMs) -> list[tuple[LogPartition, CleaningJob]]:
+        """A cleaning job for every online compacted log dirty enough to clean (on the driving task)."""
+        jobs = []
+        for tp, log in sorted(self._manager().logs.items()):
+            try:
+                job = prepare_cleaning(log, now_ms)
+            except (OSError, StorageError) as error:
+                raise StorageError(f"{tp}: preparing a cleaning failed: {error}") from None
+            if job is not None:
+                jobs.append((tp, job))
+        return jobs
+
+    def commit_cleanings(
+        self, jobs: Sequence[tuple[LogPartition, CleaningJob]], now_ms: WallMs
+    ) -> list[events.LogCompacted]:
+        """Swap the built jobs into their logs (on the driving task; a log deleted or changed meanwhile keeps what
+        it has, and its job's files go), then checkpoint the cleaner offsets. A failed swap takes its log offline
+        and raises StorageError after the other jobs are settled."""
+        manager = self._manager()
+        reported: list[events.LogCompacted] = []
+        failure: StorageError | None = None
+        for tp, job in jobs:
+            log = manager.get_log(tp)
+            if log is None:
+                job.discard()
+                continue
+            try:
+                result = commit_cleaning(log, job, now_ms)
+            except StorageError as error:
+                failure = failure or error
+                continue
+            if result is not None:
+                stats = result.stats
+                reported.append(
+                    events.LogCompacted(
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        replica=self.broker_id,
+                        first_dirty_offset=result.first_dirty_offset,
+                        cleaned_up_to=result.first_uncleanable_offset,
+                        segments_before=stats.segments_before,
+                        segments_after=stats.segments_after,
+                        bytes_before=stats.bytes_before,
+                        bytes_after=stats.bytes_after,
+                        records_removed=stats.records_removed,
+                        tombstones_removed=stats.tombstones_removed,
+                    )
+                )
+        if reported:
+            manager.checkpoint_cleaner_offsets()
+        if failure is not None:
+            raise failure
+        return reported
 
     # -- the replica manager's reads -----------------------------------------------------------------------------
 

@@ -69,10 +69,13 @@ class Admin:
             return wire.TopicResult(name=name, error=answer.error, message=answer.message)
         return answer.topics[0]
 
-    async def create_partitions(self, name: str, count: int) -> wire.CreatePartitionsResponse:
+    async def create_partitions(
+        self, name: str, count: int, assignments: tuple[tuple[int, ...], ...] | None = None
+    ) -> wire.CreatePartitionsResponse:
+        """Grow the topic to `count` partitions; `assignments` (one replica list per new partition) places them."""
         return await self._call(
             ControllerApi.CREATE_PARTITIONS,
-            wire.CreatePartitionsRequest(topic=name, count=count),
+            wire.CreatePartitionsRequest(topic=name, count=count, assignments=assignments),
             wire.CreatePartitionsResponse,
         )
 
@@ -99,3 +102,26 @@ class Admin:
 
     async def describe_topics(self, names: tuple[str, ...] | None = None) -> wire.MetadataResponse:
         return await self.conn.metadata(names)
+
+    # -- partition reassignment (issue 13) -------------------------------------------------------------------------
+
+    async def alter_partition_reassignments(
+        self, targets: tuple[tuple[str, int, tuple[int, ...] | None], ...]
+    ) -> wire.AlterPartitionReassignmentsResponse:
+        """Kafka's alterPartitionReassignments: each (topic, partition, target replicas), None cancelling."""
+        partitions = tuple(wire.ReassignablePartition(topic=t, partition=p, replicas=r) for t, p, r in targets)
+        body = wire.AlterPartitionReassignmentsRequest(partitions=partitions)
+        return await self._call(
+            ControllerApi.ALTER_PARTITION_REASSIGNMENTS, body, wire.AlterPartitionReassignmentsResponse
+        )
+
+    async def list_partition_reassignments(
+        self, partitions: tuple[tuple[str, int], ...] | None = None
+    ) -> wire.ListPartitionReassignmentsResponse:
+        refs = (
+            None if partitions is None else tuple(wire.TopicPartitionRef(topic=t, partition=p) for t, p in partitions)
+        )
+        body = wire.ListPartitionReassignmentsRequest(partitions=refs)
+        return await self._call(
+            ControllerApi.LIST_PARTITION_REASSIGNMENTS, body, wire.ListPartitionReassignmentsResponse
+        )

@@ -19,8 +19,9 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from hightide.client import bench, commands, demo, events_cli, group_commands
+from hightide.client import bench, canary, commands, demo, events_cli, group_commands
 from hightide.client.local_cluster import ClusterError
+from hightide.client.reassign_cli import add_reassign_command  # partition reassignment (issue 13)
 from hightide.protocol.errors import HightideError
 from hightide.runtime.logging import configure_logging
 from hightide.runtime.nats import NatsUnavailable
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     _topic_commands(subparsers, common)
     _client_commands(subparsers, common)
     events_cli.add_events_commands(subparsers, common)
+    add_reassign_command(subparsers, common)  # partition reassignment (issue 13)
     _plugged_in_commands(subparsers, common)
     demo_parser = subparsers.add_parser(
         "demo", parents=[common], help="real clusters through real faults: the KIP-101 loss caught, a failover"
@@ -100,6 +102,7 @@ def _cluster_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     up.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     up.add_argument("--detach", action="store_true", help="return once the cluster is ready")
     up.add_argument("--timeout", type=_positive, default=60.0, help="seconds to wait for readiness")
+    up.add_argument("--canary", action="store_true", help="also run `hightide canary` on it (issue 13)")
     up.set_defaults(run=commands.cluster_up)
     down = cluster.add_parser("down", parents=[common], help="stop the local cluster")
     down.set_defaults(run=commands.cluster_down)
@@ -214,8 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("broker", "controller", "archiver", "canary") and argv[1:2] != ["list"]:
         if argv[0] == "canary":
-            print("hightide canary: not built yet", file=sys.stderr)
-            return EXIT_FAILED
+            return canary.main(argv[1:])  # a client-side service: it runs in this process (client/canary.py)
         commands.exec_service(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     configure_logging(json=False, level="warning")

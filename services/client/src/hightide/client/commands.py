@@ -89,6 +89,7 @@ def cluster_up(args: argparse.Namespace) -> int:
         cluster_id=cluster_id,
         config=args.config or [],
         nats_url=args.nats_url,
+        canary=args.canary,
     )
     print(f"starting a local cluster: {state.nats_url}, {args.controllers} controller(s), {args.brokers} broker(s)")
     status = asyncio.run(_wait_ready(state.nats_url, state.cluster_id, args.brokers, args.timeout))
@@ -187,6 +188,10 @@ def _print_status(cluster: LocalCluster, status: wire.DescribeClusterResponse, o
     if state is not None and state.archiver is not None:
         exited = "" if pid_alive(state.archiver) else " (exited)"
         print(f"Archiver: {cluster.lake}\tPid: {state.archiver}{exited}", file=out)
+    if state is not None and state.canary is not None:  # issue 13: `cluster up --canary`
+        exited = "" if pid_alive(state.canary) else " (exited)"
+        metrics = f"http://127.0.0.1:{state.canary_http_port}/metrics"
+        print(f"Canary: {metrics}\tPid: {state.canary}{exited}", file=out)
 
 
 def cluster_start_broker(args: argparse.Namespace) -> int:
@@ -209,24 +214,32 @@ def describe_lines(
 ) -> list[str]:
     """kafka-topics.sh --describe, byte for byte (KRaft, ELR-aware). `Configs:` lists the configs set on the topic
     as Kafka's describeConfigs shows them (the table of topic configs formats each value)."""
-    replication = len(topic.partitions[0].replicas) if topic.partitions else 0
+    replication = _replication_factor(topic.partitions[0]) if topic.partitions else 0
     configs = topic_configs.describe(topic.configs)
     lines = [
         f"Topic: {topic.name}\tTopicId: {topic.topic_id}\tPartitionCount: {len(topic.partitions)}\t"
         f"ReplicationFactor: {replication}\tConfigs: {configs}"
     ]
     for p in topic.partitions:
-        if under_replicated and len(p.isr) >= len(p.replicas):
+        if under_replicated and len(p.isr) >= _replication_factor(p):
             continue
         if unavailable and p.leader >= 0:
             continue
         leader = "none" if p.leader < 0 else str(p.leader)
+        moving = ""
+        if p.adding_replicas or p.removing_replicas:
+            moving = f"\tAdding Replicas: {_ids(p.adding_replicas)}\tRemoving Replicas: {_ids(p.removing_replicas)}"
         lines.append(
             f"\tTopic: {topic.name}\tPartition: {p.partition}\tLeader: {leader}\t"
-            f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}\tElr: {_ids(p.elr)}\t"
+            f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}{moving}\tElr: {_ids(p.elr)}\t"
             f"LastKnownElr: {_ids(p.last_known_elr)}"
         )
     return lines
+
+
+def _replication_factor(partition: wire.PartitionMetadata) -> int:
+    """TopicCommand's getReplicationFactor: during a reassignment, the replicas less the ones being added."""
+    return len(partition.replicas) - len(partition.adding_replicas)
 
 
 def _ids(ids: Sequence[int]) -> str:

@@ -121,6 +121,8 @@ class ClusterState:
     brokers: dict[str, int] = field(default_factory=dict)
     config: list[str] = field(default_factory=list)
     archiver: int | None = None
+    canary: int | None = None  # issue 13: `cluster up --canary`
+    canary_http_port: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -131,6 +133,8 @@ class ClusterState:
             "brokers": self.brokers,
             "archiver": self.archiver,
             "config": self.config,
+            "canary": self.canary,
+            "canary_http_port": self.canary_http_port,
         }
 
 
@@ -157,6 +161,8 @@ class LocalCluster:
             brokers={k: int(v) for k, v in body.get("brokers", {}).items()},
             config=list(body.get("config", [])),
             archiver=None if body.get("archiver") is None else int(body["archiver"]),
+            canary=None if body.get("canary") is None else int(body["canary"]),
+            canary_http_port=None if body.get("canary_http_port") is None else int(body["canary_http_port"]),
         )
 
     def write_state(self, state: ClusterState) -> None:
@@ -167,7 +173,14 @@ class LocalCluster:
     # -- up and down ---------------------------------------------------------------------------------------------
 
     def up(
-        self, *, brokers: int, controllers: int, cluster_id: str, config: Sequence[str], nats_url: str | None = None
+        self,
+        *,
+        brokers: int,
+        controllers: int,
+        cluster_id: str,
+        config: Sequence[str],
+        nats_url: str | None = None,
+        canary: bool = False,
     ) -> ClusterState:
         existing = self.read_state()
         if existing is not None and pid_alive(existing.nats_pid):
@@ -183,6 +196,8 @@ class LocalCluster:
         for broker_id in range(1, brokers + 1):
             self.start_broker(broker_id, state)
         self.start_archiver(state)
+        if canary:
+            self.start_canary(state)
         return state
 
     def _start_nats(self) -> tuple[str, int]:
@@ -261,6 +276,18 @@ class LocalCluster:
         self.write_state(state)
         return pid
 
+    def start_canary(self, state: ClusterState | None = None) -> int:
+        """`hightide canary` on the cluster (issue 13), its metrics on a free port, its events in the data dir."""
+        state = state or self._require_state()
+        if state.canary is not None and pid_alive(state.canary):
+            raise ClusterError(f"the canary is already running (pid {state.canary})")
+        port = free_port()
+        argv = ["-m", "hightide.client.cli", "canary", "--data-dir", str(self.data_dir), "--http-port", str(port)]
+        pid = self._spawn("canary", [*argv, "--nats-url", state.nats_url, "--cluster-id", state.cluster_id])
+        state.canary, state.canary_http_port = pid, port
+        self.write_state(state)
+        return pid
+
     def stop_broker(self, broker_id: int, *, hard: bool) -> None:
         state = self._require_state()
         pid = state.brokers.get(str(broker_id))
@@ -281,6 +308,8 @@ class LocalCluster:
         state = self.read_state()
         if state is None:
             return None
+        if state.canary is not None:
+            stop_process(state.canary, hard=False)  # first: it flushes its sends while the brokers still answer
         for pid in state.brokers.values():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)

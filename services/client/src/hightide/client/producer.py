@@ -2,7 +2,12 @@
 
 Room: services/client. Kafka's KafkaProducer, reduced to what Hightide serves today:
 
-- partition: explicit, else murmur2 of the key (Kafka's), else sticky (one partition until its batch is sent);
+- partition: explicit, else murmur2 of the key (Kafka's), else Kafka's uniform sticky partitioner (KIP-794,
+  `hightide.core.partitioner.BuiltInPartitioner`): one partition per topic until `batch.size` bytes have gone to it
+  (up to twice that while its last batch is not full), then another, weighted by the inverse of the partitions'
+  queued batches (`partitioner.adaptive.partitioning.enable`, default true), leaving out partitions whose leader
+  has had batches ready but taken none for `partitioner.availability.timeout.ms` (default 0: never);
+  `partitioner.ignore.keys` (default false) makes keyed records sticky too;
 - batching per partition by `batch.size` bytes and `linger.ms`; up to `max.in.flight.requests.per.connection`
   (5) batches in flight per partition. Sequence numbers keep them in order at the leader: after a retriable
   refusal no new batch goes until the window is back, then the refused ones go again one by one in sequence order
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Mapping
@@ -38,7 +44,14 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from hightide.client.connection import ClientError, ClusterConnection, PartitionInfo
-from hightide.core.partitioner import partition_for_key
+from hightide.core.partitioner import (
+    BuiltInPartitioner,
+    NodeLatencyStats,
+    PartitionLoad,
+    StickyPartitionInfo,
+    load_stats_input,
+    partition_for_key,
+)
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.records import encode_batch
@@ -48,6 +61,9 @@ from hightide.runtime.rpc import RequestFailed
 
 RECORD_OVERHEAD_BYTES: Final = 24
 _ACKS: Final = {"all": -1, "-1": -1, "1": 1, "0": 0}
+_BOOLEANS: Final = frozenset(
+    {"enable_idempotence", "partitioner_adaptive_partitioning_enable", "partitioner_ignore_keys"}
+)
 
 
 # Errors after which a produce may have been appended all the same (the request may have reached the leader).
@@ -86,8 +102,16 @@ class ProducerConfig:
     buffer_memory: int = 33_554_432
     max_block_ms: int = 60_000
     max_in_flight_requests_per_connection: int = 5
+    partitioner_adaptive_partitioning_enable: bool = True
+    partitioner_availability_timeout_ms: int = 0
+    partitioner_ignore_keys: bool = False
 
     def __post_init__(self) -> None:
+        if self.partitioner_availability_timeout_ms < 0:
+            raise ValueError(
+                f"Invalid value {self.partitioner_availability_timeout_ms} for configuration "
+                "partitioner.availability.timeout.ms: Value must be at least 0"
+            )
         if self.max_in_flight_requests_per_connection < 1:
             raise ValueError("max.in.flight.requests.per.connection must be at least 1")
         if self.enable_idempotence and self.max_in_flight_requests_per_connection > 5:
@@ -106,10 +130,12 @@ class ProducerConfig:
                 if text not in _ACKS:
                     raise ValueError(f"Invalid value {text} for configuration acks")
                 values["acks"] = _ACKS[text]
-            elif attribute == "enable_idempotence":
-                if text.lower() not in ("true", "false"):
-                    raise ValueError(f"Invalid value {text} for configuration {name}")
-                values[attribute] = text.lower() == "true"
+            elif attribute in _BOOLEANS:
+                if text.strip().lower() not in ("true", "false"):
+                    raise ValueError(
+                        f"Invalid value {text} for configuration {name}: Expected value to be either true or false"
+                    )
+                values[attribute] = text.strip().lower() == "true"
             elif attribute in cls.__dataclass_fields__:
                 try:
                     values[attribute] = int(text)
@@ -219,7 +245,10 @@ class Producer:
         self._generation = 0  # bumped with each new producer id
         self._abandoned: set[int] = set()  # producer ids being replaced after a batch of theirs failed
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
-        self._sticky: dict[str, int] = {}
+        self._topic_queues: dict[str, dict[int, _PartitionQueue]] = {}  # the same queues, by topic and partition
+        self._partitioners: dict[str, BuiltInPartitioner] = {}  # Kafka's TopicInfo.builtInPartitioner
+        self._node_stats: dict[int, NodeLatencyStats] = {}  # by leader (partitioner.availability.timeout.ms)
+        self._random = random.Random()  # the partitioner's draws (Kafka's ThreadLocalRandom)
         self._group: asyncio.TaskGroup | None = None
         self._closing = False
         self._flushing = 0
@@ -296,8 +325,9 @@ class Producer:
             if blocked_until is None:
                 blocked_until = time.monotonic() + self.config.max_block_ms / 1000
             partitions = await self._wait_on_metadata(topic, partition, blocked_until)
+        sticky: BuiltInPartitioner | None = None
         if partition is None:
-            partition = self._choose_partition(topic, key, len(partitions))
+            partition, sticky = self._choose_partition(topic, key, partitions)
         queue = self._queue(topic, partition)
         batch = queue.batches[-1] if queue.batches else None
         if batch is None or (batch.size + size > self.config.batch_size and batch.values):
@@ -317,7 +347,8 @@ class Producer:
         self._buffered += size
         if batch.size >= self.config.batch_size:
             queue.wake.set()
-            self._sticky.pop(topic, None)
+        if sticky is not None:
+            self._appended(sticky, size, batch, partitions)
         return RecordFuture(batch, index, topic, partition)
 
     async def _wait_on_metadata(self, topic: str, partition: int | None, deadline: float) -> list[PartitionInfo]:
@@ -345,18 +376,105 @@ class Producer:
         if self._buffered + self.config.batch_size <= self.config.buffer_memory:
             self._space.set()
 
-    def _choose_partition(self, topic: str, key: bytes | None, count: int) -> int:
-        if key is not None:
-            return partition_for_key(key, count)
-        sticky = self._sticky.get(topic)
-        if sticky is None or sticky >= count:
-            sticky = self._sticky[topic] = (self._sticky.get(topic, -1) + 1) % count
-        return sticky
+    # -- partition choice (Kafka's KafkaProducer.partition and RecordAccumulator's use of BuiltInPartitioner) -------
+
+    def _choose_partition(
+        self, topic: str, key: bytes | None, partitions: list[PartitionInfo]
+    ) -> tuple[int, BuiltInPartitioner | None]:
+        """murmur2 of the key, unless partitioner.ignore.keys; else the topic's sticky partition, with the topic's
+        partitioner to tell (`_appended`) once the record is in. As Kafka's append, a switch that was held back
+        while the partition's last batch was filling happens here once that batch is full (or sent)."""
+        count = len(partitions)
+        if key is not None and not self.config.partitioner_ignore_keys:
+            return partition_for_key(key, count), None
+        partitioner = self._partitioners.get(topic)
+        if partitioner is None:
+            partitioner = self._partitioners[topic] = BuiltInPartitioner(topic, max(1, self.config.batch_size))
+        info = partitioner.current
+        if info is None or info.partition >= count:  # the first record, or metadata without that partition now
+            return self._switch(topic, partitioner, partitions).partition, partitioner
+        if info.produced_bytes >= partitioner.sticky_batch_size:  # a switch was held back: is the batch full now?
+            queue = self._queues.get((topic, info.partition))
+            if partitioner.update_partition_info(info, 0, _all_batches_full(queue, self.config.batch_size)):
+                info = self._switch(topic, partitioner, partitions)
+        return info.partition, partitioner
+
+    def _appended(
+        self, partitioner: BuiltInPartitioner, size: int, batch: _Batch, partitions: list[PartitionInfo]
+    ) -> None:
+        """Kafka's updatePartitionInfo after an append: count the record's bytes, and switch partition once
+        batch.size bytes have gone to it, unless the batch it went into is still filling (then at twice that)."""
+        if partitioner.update_partition_info(partitioner.current, size, batch.size >= self.config.batch_size):
+            self._switch(partitioner.topic, partitioner, partitions)
+
+    def _switch(
+        self, topic: str, partitioner: BuiltInPartitioner, partitions: list[PartitionInfo]
+    ) -> StickyPartitionInfo:
+        self._refresh_load_stats(topic, partitioner, partitions)
+        return partitioner.switch_partition(self._draw(), _available(partitions), len(partitions))
+
+    def _draw(self) -> int:
+        return self._random.getrandbits(31)  # Kafka's Utils.toPositive(ThreadLocalRandom.current().nextInt())
+
+    def _refresh_load_stats(self, topic: str, partitioner: BuiltInPartitioner, partitions: list[PartitionInfo]) -> None:
+        """Kafka's partitionReady for one topic, done when the partitioner is about to choose: each partition's
+        queued batches (waiting to be sent or to be retried), with its leader; a leader with a partition whose
+        ready batch cannot go (its window is full or a refused batch waits to go again) has data ready and is
+        not taking it (`NodeLatencyStats`)."""
+        timeout_ms = self.config.partitioner_availability_timeout_ms
+        adaptive = self.config.partitioner_adaptive_partitioning_enable
+        queues = self._topic_queues.get(topic, {})
+        if not adaptive or len(queues) < len(partitions):
+            partitioner.update_partition_load_stats(None, (), 0)
+            return
+        now = time.monotonic()
+        loads = []
+        for number, queue in queues.items():
+            leader = partitions[number].leader if number < len(partitions) else -1
+            if timeout_ms > 0 and leader >= 0 and self._blocked(queue, now):
+                self._node_ready(leader, int(now * 1000), can_drain=False)
+            loads.append(PartitionLoad(number, leader, len(queue.batches) + len(queue.retry)))
+        queue_sizes, partition_ids, length = load_stats_input(
+            loads,
+            len(partitions),
+            adaptive=adaptive,
+            availability_timeout_ms=timeout_ms,
+            node_stats=self._node_stats,
+        )
+        partitioner.update_partition_load_stats(queue_sizes, partition_ids, length)
+
+    def _blocked(self, queue: _PartitionQueue, now: float) -> bool:
+        """Whether the queue's first batch is ready to go (full, or lingered) but its sender may not send it."""
+        if not queue.batches:
+            return False
+        first = queue.batches[0]
+        ready = (
+            len(queue.batches) > 1
+            or first.size >= self.config.batch_size
+            or now >= first.created + self.config.linger_ms / 1000
+        )
+        window_full = queue.in_flight >= self.config.max_in_flight_requests_per_connection
+        return ready and (window_full or bool(queue.retry))
+
+    def _node_ready(self, leader: int, now_ms: int, *, can_drain: bool) -> None:
+        """Kafka's updateNodeLatencyStats (only kept with partitioner.availability.timeout.ms > 0)."""
+        stats = self._node_stats.get(leader)
+        if stats is None:
+            stats = self._node_stats[leader] = NodeLatencyStats(now_ms, now_ms)
+        stats.update(now_ms, can_drain)
+
+    def _leader_took(self, queue: _PartitionQueue) -> None:
+        """A new batch goes to the partition's leader: the leader drains (a batch sent again after a refusal does
+        not count, as a broker Kafka cannot connect to drains nothing)."""
+        info = self.conn.leader_of(queue.topic, queue.partition)
+        if info is not None and info.leader >= 0:
+            self._node_ready(info.leader, int(time.monotonic() * 1000), can_drain=True)
 
     def _queue(self, topic: str, partition: int) -> _PartitionQueue:
         queue = self._queues.get((topic, partition))
         if queue is None:
             queue = self._queues[(topic, partition)] = _PartitionQueue(topic, partition)
+            self._topic_queues.setdefault(topic, {})[partition] = queue
             assert self._group is not None
             self._group.create_task(self._sender(queue))
         return queue
@@ -404,6 +522,8 @@ class Producer:
                         await asyncio.wait_for(queue.wake.wait(), remaining)
                     continue
             queue.batches.popleft()
+            if self.config.partitioner_availability_timeout_ms > 0:
+                self._leader_took(queue)
             self._encode(queue, batch)
             queue.unresolved.append(batch)
             queue.in_flight += 1
@@ -575,3 +695,13 @@ class Producer:
             return answer.error_code, -1, True
         (result,) = answer.partitions
         return wire.error_code_of(result.error), result.base_offset, True
+
+
+def _all_batches_full(queue: _PartitionQueue | None, batch_size: int) -> bool:
+    """Kafka's allBatchesFull: only the last batch of a partition can still be filling."""
+    return queue is None or not queue.batches or queue.batches[-1].size >= batch_size
+
+
+def _available(partitions: list[PartitionInfo]) -> list[int]:
+    """The partitions with a leader (Kafka's Cluster.availablePartitionsForTopic)."""
+    return [info.partition for info in partitions if info.leader >= 0]

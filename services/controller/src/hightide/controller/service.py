@@ -102,6 +102,9 @@ class ControllerService:
             ControllerApi.ELECT_LEADERS: self._on_elect_leaders,
             ControllerApi.DESCRIBE_CLUSTER: self._on_describe_cluster,
             ControllerApi.INIT_PRODUCER_ID: self._on_init_producer_id,
+            # partition reassignment (issue 13)
+            ControllerApi.ALTER_PARTITION_REASSIGNMENTS: self._on_alter_partition_reassignments,
+            ControllerApi.LIST_PARTITION_REASSIGNMENTS: self._on_list_partition_reassignments,
         }
 
     @property
@@ -432,6 +435,35 @@ class ControllerService:
             metadata_offset=self.image.next_offset,
             brokers=broker_metadata(self.image),
         )
+
+    # -- partition reassignment (issue 13) -------------------------------------------------------------------------
+
+    async def _on_alter_partition_reassignments(self, msg: Msg) -> wire.Response:
+        request = wire.decode(wire.AlterPartitionReassignmentsRequest, msg.data)
+        assert self.control is not None
+        targets = [(p.topic, p.partition, p.replicas) for p in request.partitions]
+        answers = await self._commit(self.control.alter_partition_reassignments(targets))
+        results = tuple(
+            wire.ReassignmentResult(topic=a.topic, partition=a.partition, error=int(a.error), message=a.message)
+            for a in answers
+        )
+        return wire.AlterPartitionReassignmentsResponse(results=results)
+
+    async def _on_list_partition_reassignments(self, msg: Msg) -> wire.Response:
+        request = wire.decode(wire.ListPartitionReassignmentsRequest, msg.data)
+        assert self.control is not None
+        wanted = None if request.partitions is None else [(p.topic, p.partition) for p in request.partitions]
+        ongoing = tuple(
+            wire.OngoingPartitionReassignment(
+                topic=r.topic,
+                partition=r.partition,
+                replicas=r.replicas,
+                adding_replicas=r.adding_replicas,
+                removing_replicas=r.removing_replicas,
+            )
+            for r in self.control.list_partition_reassignments(wanted)
+        )
+        return wire.ListPartitionReassignmentsResponse(reassignments=ongoing)
 
 
 def new_topic_id() -> str:

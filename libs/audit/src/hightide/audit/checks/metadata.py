@@ -46,6 +46,9 @@ from hightide.protocol.envelope import Envelope
 MIN_INSYNC_REPLICAS: Final = "min.insync.replicas"
 NO_LEADER: Final = -1
 RECORDED_UNCLEAN: Final = frozenset({"unclean", "last_known_leader"})
+FROM_OWN_ISR: Final = frozenset({"reassignment"})
+"""Elections that choose from the ISR of their own change (Kafka's completeReassignmentIfNeeded: the change that
+completes a reassignment both takes in the last target replica and replaces a removed leader from that ISR)."""
 TERM_EVENTS: Final = (
     events.TopicCreated,
     events.TopicDeleted,
@@ -317,17 +320,19 @@ def election_from_isr_or_elr(history: History) -> Iterator[Finding]:
     (the committed PartitionChanged before the one its decision made): an elr election chose a member of that
     ELR; a clean, preferred or controlled_shutdown election (or any name but elr, unclean, last_known_leader)
     chose a member of that ISR; unclean and last_known_leader elections may choose outside both, but only when
-    recorded as such (the loss attribution reports them, not this check).
+    recorded as such (the loss attribution reports them, not this check); a reassignment election chose a member
+    of the ISR its own change left (FROM_OWN_ISR: the leader's AlterPartition that completes a reassignment brings
+    the new leader into the ISR in the same change).
     (2) Every leader change between two committed PartitionChanged of a partition (to a leader != -1) with no
-    committed unclean or last_known_leader LeaderElected for its (life, leader epoch, leader) chose from the
-    previous ISR or ELR.
+    committed unclean, last_known_leader or reassignment LeaderElected for its (life, leader epoch, leader) chose
+    from the previous ISR or ELR.
     """
     order = metadata_order(history)
     yield from _recorded_elections(order)
     unclean = {
         (e.topic, d.life, e.partition, e.leader_epoch, e.leader)
         for d in order
-        if isinstance(e := d.envelope.event, events.LeaderElected) and e.election in RECORDED_UNCLEAN
+        if isinstance(e := d.envelope.event, events.LeaderElected) and e.election in RECORDED_UNCLEAN | FROM_OWN_ISR
     }
     for (topic, life, partition), changes in sorted(_changes(order).items()):
         for before, after in pairwise(changes):
@@ -361,6 +366,9 @@ def _recorded_elections(order: Sequence[Decided]) -> Iterator[Finding]:
                 continue
             before = _changed(pair[0])
             allowed, name = (before.elr, "ELR") if event.election == "elr" else (before.isr, "ISR")
+            when = "before it"
+            if event.election in FROM_OWN_ISR:
+                allowed, when = _changed(pair[1]).isr, "its change left"
             if event.leader not in allowed:
                 yield finding(
                     "election_from_isr_or_elr",
@@ -369,7 +377,7 @@ def _recorded_elections(order: Sequence[Decided]) -> Iterator[Finding]:
                     replica=event.leader,
                     events=[pair[0].id, decided.id],
                     detail=f"{event.election} election of broker {event.leader} from outside the {name} "
-                    f"{_listed(allowed)} before it",
+                    f"{_listed(allowed)} {when}",
                 )
 
 

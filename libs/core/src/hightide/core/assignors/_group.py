@@ -46,7 +46,11 @@ class Subscription:
         if isinstance(self.topics, str):
             raise AssignorInputError(f"subscription topics must be a list of names, not the string {self.topics!r}")
         object.__setattr__(self, "topics", tuple(self.topics))
-        object.__setattr__(self, "owned_partitions", tuple((str(t), int(p)) for t, p in self.owned_partitions))
+        try:
+            owned = tuple((str(topic), int(partition)) for topic, partition in self.owned_partitions)
+        except (TypeError, ValueError) as e:
+            raise AssignorInputError(f"owned partitions must be (topic, partition) pairs: {e}") from None
+        object.__setattr__(self, "owned_partitions", owned)
 
 
 @dataclass(frozen=True, slots=True)

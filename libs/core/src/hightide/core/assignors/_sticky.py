@@ -38,7 +38,7 @@ Where this departs from Kafka, on inputs Kafka gets wrong:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from hightide.core.assignors._group import DEFAULT_GENERATION, Group, TopicPartition
@@ -252,6 +252,10 @@ class _MembersByLoad:
     def last(self) -> str:
         return self._keys[-1][2]
 
+    def first_where(self, wanted: Callable[[str], bool]) -> str | None:
+        """The least-loaded member (ties by member id) for which `wanted` holds, or None."""
+        return next((key[2] for key in self._keys if wanted(key[2])), None)
+
     def __iter__(self) -> Iterator[str]:
         # A snapshot: Kafka's loops over the TreeSet stop right after they change it.
         return iter([key[2] for key in self._keys])
@@ -312,9 +316,11 @@ class _GeneralAssignmentBuilder:
         counts = group.partitions_per_topic
         self.topic_members: dict[str, list[str]] = {topic: [] for topic in counts}
         self.member_topics: dict[str, list[str]] = {}
+        self.member_topic_set: dict[str, frozenset[str]] = {}
         for member_id, subscription in group.subscriptions.items():
             subscribed = [topic for topic in subscription.topics if topic in counts]
             self.member_topics[member_id] = subscribed
+            self.member_topic_set[member_id] = frozenset(subscribed)
             for topic in subscribed:
                 self.topic_members[topic].append(member_id)
         # `owned` holds every member (allSubscriptionsEqual put each one), in HashMap order.
@@ -393,13 +399,12 @@ class _GeneralAssignmentBuilder:
 
     def _assign_to_least_loaded(self, tp: TopicPartition) -> None:
         """Kafka's `maybeAssignPartition`: the least-loaded subscriber (ties by member id) gets it."""
-        for member_id in self.by_load:
-            if tp[0] in self.member_topics[member_id]:
-                self.by_load.remove(member_id)
-                self.current[member_id].append(tp)
-                self.partition_owner[tp] = member_id
-                self.by_load.add(member_id)
-                return
+        member_id = self.by_load.first_where(lambda m: tp[0] in self.member_topic_set[m])
+        if member_id is not None:
+            self.by_load.remove(member_id)
+            self.current[member_id].append(tp)
+            self.partition_owner[tp] = member_id
+            self.by_load.add(member_id)
 
     def _max_assignment_size(self, member_id: str) -> int:
         return sum(self.group.partitions_per_topic[topic] for topic in self.member_topics[member_id])
@@ -415,18 +420,19 @@ class _GeneralAssignmentBuilder:
         largest = len(self.current[self.by_load.last()])
         if smallest >= largest - 1:
             return True
-        owner_of = {tp: member_id for member_id, parts in self.current.items() for tp in parts}
+        # Kafka walks every partition each member could get and looks up its holder's load; the busiest holder
+        # of each topic gives the same answer in O(partitions + members x topics). A member's own partitions
+        # never count against it (its load is not above its load + 1).
+        busiest: dict[str, int] = {}
+        for parts in self.current.values():
+            for topic, _ in parts:
+                busiest[topic] = max(busiest.get(topic, 0), len(parts))
         for member_id in self.by_load:
-            mine = self.current[member_id]
-            count = len(mine)
+            count = len(self.current[member_id])
             if count == self._max_assignment_size(member_id):
                 continue
-            mine_set = set(mine)
-            for topic in self.member_topics[member_id]:
-                for p in range(self.group.partitions_per_topic[topic]):
-                    other = owner_of.get((topic, p))
-                    if (topic, p) not in mine_set and other is not None and count + 1 < len(self.current[other]):
-                        return False
+            if any(busiest.get(topic, 0) > count + 1 for topic in self.member_topics[member_id]):
+                return False
         return True
 
     def _perform_reassignments(
@@ -458,13 +464,12 @@ class _GeneralAssignmentBuilder:
 
     def _may_return_to(self, member_id: str, tp: TopicPartition) -> bool:
         # Departure from Kafka (see the module docstring): only to a participating subscriber of the topic.
-        return member_id in self.current and tp[0] in self.member_topics[member_id]
+        return member_id in self.current and tp[0] in self.member_topic_set[member_id]
 
     def _least_loaded_subscriber(self, topic: str) -> str:
-        for member_id in self.by_load:
-            if topic in self.member_topics[member_id]:
-                return member_id
-        raise AssertionError(f"topic {topic} has subscribers taking part in the rebalance")
+        member_id = self.by_load.first_where(lambda m: topic in self.member_topic_set[m])
+        assert member_id is not None, f"topic {topic} has subscribers taking part in the rebalance"
+        return member_id
 
     def _reassign(self, tp: TopicPartition, new_member: str) -> None:
         """Kafka's `reassignPartition` + `processPartitionMovement`."""

@@ -16,7 +16,13 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from hightide.audit.checks.metadata import MIN_INSYNC_REPLICAS, NO_LEADER, RECORDED_UNCLEAN, TERM_EVENTS
+from hightide.audit.checks.metadata import (
+    FROM_OWN_ISR,
+    MIN_INSYNC_REPLICAS,
+    NO_LEADER,
+    RECORDED_UNCLEAN,
+    TERM_EVENTS,
+)
 from hightide.audit.rebuild import NO_TERM
 from hightide.history.events import payload_schema
 from hightide.history.findings import finding_columns
@@ -349,8 +355,9 @@ def isr_elr_well_formed(lake_events: DataFrame) -> DataFrame:
 
 def election_from_isr_or_elr(lake_events: DataFrame) -> DataFrame:
     """A6 CleanElectionSource (KIP-966's election order): a recorded election chose from the ISR before it (from
-    the ELR for an elr election) unless recorded as unclean or last_known_leader, and any leader change not so
-    recorded chose from the previous ISR or ELR (`hightide.audit.checks.metadata.election_from_isr_or_elr`).
+    the ELR for an elr election; from the ISR its own change left for a reassignment election) unless recorded as
+    unclean or last_known_leader, and any leader change not so recorded (nor as reassignment) chose from the
+    previous ISR or ELR (`hightide.audit.checks.metadata.election_from_isr_or_elr`).
     The committed PartitionChanged and LeaderElected of a partition's life are read together, in metadata order:
     each LeaderElected takes the state before from the latest PartitionChanged before it (its own decision's)."""
     key = ["topic", "life", "partition"]
@@ -369,13 +376,15 @@ def election_from_isr_or_elr(lake_events: DataFrame) -> DataFrame:
             "prev_elr": F.lag("elr").over(same_kind),
         }
     )
-    recorded_unclean = F.col("election").isin(*sorted(RECORDED_UNCLEAN))
+    not_from_before = F.col("election").isin(*sorted(RECORDED_UNCLEAN | FROM_OWN_ISR))
     one_election = Window.partitionBy(*key, "leader_epoch", "leader")
     in_partition = Window.partitionBy(*key).orderBy(*ORDER)
-    state = F.when(is_change, F.struct(F.col("prev_event_id").alias("id"), "prev_isr", "prev_elr"))
+    state = F.when(
+        is_change, F.struct(F.col("prev_event_id").alias("id"), "prev_isr", "prev_elr", F.col("isr").alias("own_isr"))
+    )
     rows = rows.withColumns(
         {
-            "_unclean": F.max((~is_change & recorded_unclean).cast("int")).over(one_election),
+            "_unclean": F.max((~is_change & not_from_before).cast("int")).over(one_election),
             "_state": F.last(state, ignorenulls=True).over(in_partition),
         }
     )
@@ -399,7 +408,12 @@ _ELECTION: Final = T.StructType(
 def _recorded_elections(elections: DataFrame) -> DataFrame:
     """Part (1): each LeaderElected against the state before its own PartitionChanged."""
     from_elr = F.col("election") == "elr"
-    allowed = F.when(from_elr, F.col("_state.prev_elr")).otherwise(F.col("_state.prev_isr"))
+    from_own = F.col("election").isin(*sorted(FROM_OWN_ISR))
+    allowed = (
+        F.when(from_elr, F.col("_state.prev_elr"))
+        .when(from_own, F.col("_state.own_isr"))
+        .otherwise(F.col("_state.prev_isr"))
+    )
     outside = elections.where(
         (F.col("leader") != NO_LEADER)
         & ~F.col("election").isin(*sorted(RECORDED_UNCLEAN))
@@ -414,11 +428,12 @@ def _recorded_elections(elections: DataFrame) -> DataFrame:
             replica=F.col("leader"),
             events=F.array("_state.id", "event_id"),
             detail=F.format_string(
-                "%s election of broker %d from outside the %s %s before it",
+                "%s election of broker %d from outside the %s %s %s",
                 "election",
                 "leader",
                 F.when(from_elr, F.lit("ELR")).otherwise(F.lit("ISR")),
                 _listed(allowed),
+                F.when(from_own, F.lit("its change left")).otherwise(F.lit("before it")),
             ),
         )
     )
