@@ -237,7 +237,7 @@ class Folded:
         )
         hw_queries = hw.select(*KEY, "event_id", c("position").alias("t"), F.greatest("lo", clip).alias("lo"), "hi",
                                "epoch", "leader_t")  # fmt: skip
-        hw_runs = runs_of(hw_queries, entries, ["event_id"])
+        hw_runs = runs_of(hw_queries, entries, ["event_id"]).localCheckpoint()  # read by two frames below
         self.commits = (
             hw_runs.where(c("leader_t"))
             .select(*TP, "run_start", "run_end", "x", c("epoch").alias("commit_epoch"), "event_id")
