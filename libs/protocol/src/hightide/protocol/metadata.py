@@ -49,6 +49,7 @@ class RegisterBrokerRecord:
     incarnation_id: str
     previous_broker_epoch: Int64
     fenced: bool = True
+    kafka_listener: str = ""  # issue 15: the advertised Kafka listener, host:port ("" when none)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

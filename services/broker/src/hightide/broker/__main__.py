@@ -9,6 +9,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
+from hightide.broker.kafka_listener import listener_config
 from hightide.broker.service import BrokerService, BrokerSettings
 from hightide.core.partition import PartitionConfig
 from hightide.core.topic_configs import int_default
@@ -54,6 +55,7 @@ def settings_from(broker_id: int, cluster_id: str, data_dir: Path, props: dict[s
         log_retention_check_interval_ms=get_int(props, "log.retention.check.interval.ms", 300_000, minimum=1),
         controller_request_timeout_ms=get_int(props, "controller.request.timeout.ms", 5_000, minimum=1),
         controlled_shutdown_timeout_ms=get_int(props, "controlled.shutdown.timeout.ms", 30_000, minimum=0),
+        kafka_listener=listener_config(props, get_int(props, "socket.request.max.bytes", 104_857_600, minimum=1)),
     )
 
 

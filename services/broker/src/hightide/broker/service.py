@@ -30,6 +30,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from hightide.broker.kafka_listener import KafkaListener, ListenerConfig
 from hightide.broker.storage import DiskStorage
 from hightide.core.clock import MonoMs, Now, WallMs
 from hightide.core.effects import (
@@ -94,6 +95,7 @@ class BrokerSettings:
     log_retention_check_interval_ms: int = 300_000
     controller_request_timeout_ms: int = 5_000
     controlled_shutdown_timeout_ms: int = 30_000
+    kafka_listener: ListenerConfig | None = None  # issue 15: `listeners` / `advertised.listeners`
 
     def manager_config(self, fetch_response_bytes_max: int) -> ReplicaManagerConfig:
         return ReplicaManagerConfig(
@@ -126,6 +128,15 @@ class _AlterPartitionDone:
     response: wire.AlterPartitionResponse
 
 
+@dataclass(frozen=True, slots=True)
+class _KafkaRequest:
+    """A Kafka client's request, translated, for the driving task; `answer` gets the internal response."""
+
+    api: BrokerApi
+    body: wire.Wire
+    answer: asyncio.Future[Any]
+
+
 def now() -> Now:
     """Both clocks, read once."""
     return Now(MonoMs(time.monotonic_ns() // 1_000_000), WallMs(time.time_ns() // 1_000_000))
@@ -153,8 +164,10 @@ class BrokerService:
         self._group: asyncio.TaskGroup | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._startup_target = 0
-        self._requests: dict[int, tuple[Msg, bool]] = {}  # request id -> (its message, a consumer's fetch)
-        self._outgoing: list[tuple[Msg, wire.Wire]] = []  # this input's answers, sent once its events are stored
+        # request id -> (its NATS message, or the Kafka listener's future, and whether it is a consumer's fetch)
+        self._requests: dict[int, tuple[Msg | asyncio.Future[Any], bool]] = {}
+        self._outgoing: list[tuple[Msg | asyncio.Future[Any], wire.Wire]] = []  # sent once its events are stored
+        self.kafka = None if settings.kafka_listener is None else KafkaListener(settings.kafka_listener, self)
         self._request_ids = itertools.count(1)
         self._client_metadata: Subscription | None = None
         self._handlers: dict[str, Callable[[Msg, Now], list[Effect] | wire.Response]] = {
@@ -185,6 +198,8 @@ class BrokerService:
         own = await self.nc.subscribe(
             broker_api_wildcard(self.settings.cluster_id, self.id), cb=self.inbox.subscriber("request")
         )
+        if self.kafka is not None:
+            await self.kafka.start()  # before registering: the registration carries its advertised address
         try:
             async with asyncio.TaskGroup() as group:
                 self._group = group
@@ -195,6 +210,8 @@ class BrokerService:
                 for task in (driver, follower, ticker, *self._tasks):
                     task.cancel()
         finally:
+            if self.kafka is not None:
+                await self.kafka.close()
             for subscription in (own, self._client_metadata):
                 if subscription is not None:
                     with contextlib.suppress(Exception):
@@ -250,6 +267,7 @@ class BrokerService:
             broker_id=self.id,
             incarnation_id=self.incarnation_id,
             previous_broker_epoch=self.storage.previous_broker_epoch,
+            kafka_listener="" if self.kafka is None else self.kafka.advertised,
         )
         try:
             answer = await self._controller(ControllerApi.REGISTER_BROKER, body, wire.BrokerRegistrationResponse)
@@ -330,6 +348,9 @@ class BrokerService:
             elif kind == "metadata":
                 assert isinstance(payload, tuple)
                 effects = self._on_metadata_batch(payload[0], payload[1], at)
+            elif kind == "kafka":
+                assert isinstance(payload, _KafkaRequest)
+                effects = self._serve_kafka(payload, at)
             elif kind == "registered":
                 assert isinstance(payload, int)
                 effects = self.manager.on_registered(payload, at)
@@ -386,6 +407,37 @@ class BrokerService:
         request_id = next(self._request_ids)
         self._requests[request_id] = (msg, body.replica_id < 0)
         return self.manager.on_fetch(request_id, body, at)
+
+    # -- the Kafka listener's requests (issue 15): the same manager calls as the NATS handlers -----------------
+
+    async def kafka_request(self, api: BrokerApi, body: wire.Wire) -> Any:
+        """Hand a Kafka client's request, translated, to the driving task; its internal answer."""
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        await self.inbox.put("kafka", _KafkaRequest(api, body, answer))
+        return await answer
+
+    def _serve_kafka(self, request: _KafkaRequest, at: Now) -> list[Effect]:
+        started = time.perf_counter()
+        body = request.body
+        effects: list[Effect] = []
+        if isinstance(body, wire.ProduceRequest):
+            request_id = next(self._request_ids)
+            self._requests[request_id] = (request.answer, False)
+            effects = self.manager.on_produce(request_id, body, at)
+        elif isinstance(body, wire.FetchRequest):
+            request_id = next(self._request_ids)
+            self._requests[request_id] = (request.answer, True)
+            effects = self.manager.on_fetch(request_id, body, at)
+        elif isinstance(body, wire.ListOffsetsRequest):
+            self._outgoing.append((request.answer, self.manager.list_offsets(body)))
+        elif isinstance(body, wire.OffsetsForLeaderEpochRequest):
+            self._outgoing.append((request.answer, self.manager.offsets_for_leader_epoch(body)))
+        else:
+            assert isinstance(body, wire.MetadataRequest), body
+            self._outgoing.append((request.answer, self.manager.metadata(body)))
+        if self.metrics is not None:
+            self.metrics.requests.observe(f"kafka.{request.api}", "NONE", (time.perf_counter() - started) * 1000)
+        return effects
 
     def _on_metadata_batch(self, sequence: int, batch: MetadataBatch, at: Now) -> list[Effect]:
         self.image = self.image.apply_all(batch.records)
@@ -446,8 +498,11 @@ class BrokerService:
     async def _deliver(self) -> None:
         """Send the answers of this input, after its events are in the outbox."""
         outgoing, self._outgoing = self._outgoing, []
-        for msg, answer in outgoing:
-            await reply(self.nc, msg, answer)
+        for target, answer in outgoing:
+            if isinstance(target, Msg):
+                await reply(self.nc, target, answer)
+            elif not target.done():  # a Kafka listener's request (its connection may have gone)
+                target.set_result(answer)
 
     def _spawn(self, coroutine: Any) -> None:
         """A task of the service's group that shutdown cancels (fetches, AlterPartition calls)."""

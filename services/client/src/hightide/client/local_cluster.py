@@ -121,6 +121,7 @@ class ClusterState:
     brokers: dict[str, int] = field(default_factory=dict)
     config: list[str] = field(default_factory=list)
     archiver: int | None = None
+    kafka_listeners: dict[str, str] = field(default_factory=dict)  # broker id -> host:port (issue 15)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -131,6 +132,7 @@ class ClusterState:
             "brokers": self.brokers,
             "archiver": self.archiver,
             "config": self.config,
+            "kafka_listeners": self.kafka_listeners,
         }
 
 
@@ -157,6 +159,7 @@ class LocalCluster:
             brokers={k: int(v) for k, v in body.get("brokers", {}).items()},
             config=list(body.get("config", [])),
             archiver=None if body.get("archiver") is None else int(body["archiver"]),
+            kafka_listeners={k: str(v) for k, v in body.get("kafka_listeners", {}).items()},
         )
 
     def write_state(self, state: ClusterState) -> None:
@@ -239,7 +242,12 @@ class LocalCluster:
         if running is not None and pid_alive(running):
             raise ClusterError(f"broker {broker_id} is already running (pid {running})")
         data = self.data_dir / f"broker-{broker_id}"
-        own = [arg for item in config for arg in ("--config", item)]
+        listener = state.kafka_listeners.get(str(broker_id))
+        if listener is None:  # a Kafka listener on 127.0.0.1, the same port across restarts (issue 15)
+            listener = f"127.0.0.1:{free_port()}"
+            state.kafka_listeners[str(broker_id)] = listener
+        own = ["--config", f"listeners=PLAINTEXT://{listener}"]
+        own += [arg for item in config for arg in ("--config", item)]
         pid = self._spawn(
             f"broker-{broker_id}",
             ["-m", "hightide.broker", "--id", str(broker_id), "--data-dir", str(data), *self._common(state), *own],
