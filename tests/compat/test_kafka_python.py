@@ -60,9 +60,7 @@ def test_idempotent_acks_all_produce_then_assigned_consume(
 ) -> None:
     admin.create_topics([NewTopic("kp-data", 3, 3, topic_configs={"min.insync.replicas": "2"})])
     wait_for(lambda: full_isr(cluster, "kp-data"), 30, "a full ISR")
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap.split(","), acks="all", enable_idempotence=True, linger_ms=5
-    )
+    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all", enable_idempotence=True, linger_ms=5)
     try:
         futures = [producer.send("kp-data", key=b"k%d" % i, value=b"v%d" % i) for i in range(300)]
         producer.flush(timeout=30)
