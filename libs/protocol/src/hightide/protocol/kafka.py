@@ -124,12 +124,10 @@ def parse_request(frame: bytes) -> Request:
         header: Any
         header, offset = entity_reader(header_type)(view, 0)  # kio's readers answer the bytes they read
         schema = load_request_schema(api_key, api_version)
-        body, read = entity_reader(schema)(view[offset:], 0)
-        end = offset + read
+        # Bytes after the body are ignored, as Kafka's parseRequest ignores them (librdkafka's Metadata v12 has 3).
+        body, _ = entity_reader(schema)(view[offset:], 0)
     except (SerialError, ValueError, TypeError, UnicodeDecodeError, OverflowError) as error:
         raise UnservedRequest(f"api key {api_key} version {api_version}: {error}") from None
-    if end != len(frame):
-        raise UnservedRequest(f"api key {api_key} version {api_version}: {len(frame) - end} bytes after the body")
     return Request(api_key, api_version, correlation_id, header.client_id, body)
 
 

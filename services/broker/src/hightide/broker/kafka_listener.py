@@ -116,7 +116,9 @@ class KafkaListener:
                 try:
                     request = kafka.parse_request(frame)
                 except kafka.UnservedRequest as error:
-                    self.log.warning("kafka_request_refused", peer=str(peer), error=str(error)[:512])
+                    self.log.warning(
+                        "kafka_request_refused", peer=str(peer), error=str(error)[:512], head=frame[:64].hex()
+                    )
                     return
                 body = await self._answer(request)
                 if body is None:
