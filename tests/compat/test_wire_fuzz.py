@@ -25,7 +25,7 @@ TIMEOUT_S = 15
 
 
 def connect(bootstrap: str) -> socket.socket:
-    host, port = bootstrap.split(",")[0].split(":")
+    host, port = bootstrap.split(",", maxsplit=1)[0].split(":")
     return socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
 
 
