@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic, ResourceType
 
 from hightide.client.local_cluster import LocalCluster
 from support.cluster_cli import describe, wait_for
@@ -83,3 +83,29 @@ def test_idempotent_acks_all_then_assigned_consume(cluster: LocalCluster, bootst
     finally:
         consumer.close()
     assert sorted(seen) == sorted((b"k%d" % i, b"v%d" % i) for i in range(RECORDS))
+
+
+def test_admin_client_partitions_configs_and_elections(cluster: LocalCluster, bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = NewTopic("ck-more", num_partitions=1, replication_factor=3, config={"retention.ms": "3600000"})
+    assert admin.create_topics([topic])["ck-more"].result(timeout=30) is None
+
+    assert admin.create_partitions([NewPartitions("ck-more", 3)])["ck-more"].result(timeout=30) is None
+    wait_for(lambda: len(admin.list_topics("ck-more", timeout=15).topics["ck-more"].partitions) == 3, 30, "3 parts")
+    shrink = admin.create_partitions([NewPartitions("ck-more", 2)])["ck-more"]
+    with pytest.raises(KafkaException) as refused:
+        shrink.result(timeout=30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+
+    resource = ConfigResource(ResourceType.TOPIC, "ck-more")
+    configs = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert configs["retention.ms"].value == "3600000"
+    assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert configs["cleanup.policy"].value == "delete"
+    assert configs["cleanup.policy"].source == ConfigSource.DEFAULT_CONFIG.value
+
+    wait_for(lambda: all(p["Isr"].count(",") == 2 for p in describe(cluster, "ck-more")), 30, "a full ISR")
+    elected = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("ck-more", 0)]).result(timeout=30)
+    # Its preferred replica already leads: Kafka's ELECTION_NOT_NEEDED for that partition.
+    assert [(tp.topic, tp.partition) for tp in elected] == [("ck-more", 0)]
+    assert [e.code() for e in elected.values()] == [KafkaError.ELECTION_NOT_NEEDED]

@@ -29,7 +29,7 @@ import struct
 import sys
 import uuid
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
@@ -57,6 +57,9 @@ DELETE_TOPICS: Final = 20
 INIT_PRODUCER_ID: Final = 22
 OFFSET_FOR_LEADER_EPOCH: Final = 23
 DESCRIBE_CLUSTER: Final = 60
+DESCRIBE_CONFIGS: Final = 32
+CREATE_PARTITIONS: Final = 37
+ELECT_LEADERS: Final = 43
 
 SERVED: Final[dict[int, tuple[int, int]]] = {
     PRODUCE: (3, 9),  # v3: record batches (magic 2); v9: flexible, topics by name
@@ -69,11 +72,19 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     INIT_PRODUCER_ID: (0, 4),
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
     DESCRIBE_CLUSTER: (0, 1),
+    DESCRIBE_CONFIGS: (1, 4),
+    CREATE_PARTITIONS: (0, 3),
+    ELECT_LEADERS: (0, 2),
 }
 """API key -> (min, max) version this listener serves and ApiVersions advertises. The group APIs are a later
 slice: not advertised, and answered as Kafka answers a key it does not serve."""
 
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53  # Kafka's error for a transactional id it will not serve
+TOPIC_RESOURCE: Final = 2  # DescribeConfigs' resource types
+BROKER_RESOURCE: Final = 4
+CONFIG_SOURCE_DYNAMIC_TOPIC: Final = 1  # DescribeConfigs' config sources
+CONFIG_SOURCE_STATIC_BROKER: Final = 4
+CONFIG_SOURCE_DEFAULT: Final = 5
 FETCH_MAX_WAIT_MS_MAX: Final = 60_000  # the internal Fetch's bound on max_wait_ms
 
 
@@ -610,5 +621,119 @@ def error_response(request: Request, error: ErrorCode, message: str) -> Any:
         DESCRIBE_CLUSTER: lambda: describe_cluster_response(
             request, wire.DescribeClusterResponse(error=int(error), message=message), -1
         ),
+        CREATE_PARTITIONS: lambda: create_partitions_response(
+            request, [(t.name, int(error), message) for t in request.body.topics]
+        ),
+        ELECT_LEADERS: lambda: elect_leaders_response(
+            request, wire.ElectLeadersResponse(error=int(error), message=message)
+        ),
+        DESCRIBE_CONFIGS: lambda: describe_configs_response(
+            request,
+            [(r.resource_type, r.resource_name, int(error), message, []) for r in request.body.resources],
+        ),
     }
     return empty[request.api_key]()
+
+
+# -- CreatePartitions, ElectLeaders, DescribeConfigs ----------------------------------------------------------------
+
+
+def create_partitions_requests(body: Any) -> list[wire.CreatePartitionsRequest]:
+    """One internal request per topic (Hightide's CreatePartitions names one topic)."""
+    return [
+        wire.CreatePartitionsRequest(
+            topic=t.name,
+            count=t.count,
+            assignments=None if t.assignments is None else tuple(tuple(a.broker_ids) for a in t.assignments),
+        )
+        for t in body.topics
+    ]
+
+
+def create_partitions_response(request: Request, results: list[tuple[str, int, str]]) -> Any:
+    schema = response_schema(request)
+    result_schema = _nested(schema, "CreatePartitionsTopicResult")
+    return make(
+        schema,
+        throttle_time=0,
+        results=tuple(
+            make(result_schema, name=name, error_code=error, error_message=message or None)
+            for name, error, message in results
+        ),
+    )
+
+
+def elect_leaders_request(body: Any) -> wire.ElectLeadersRequest:
+    election_type: Literal["preferred", "unclean"] = (
+        "unclean" if int(getattr(body, "election_type", 0)) == 1 else "preferred"
+    )
+    partitions = None
+    if body.topic_partitions is not None:
+        partitions = tuple(
+            wire.TopicPartitionRef(topic=t.topic, partition=p) for t in body.topic_partitions for p in t.partitions
+        )
+    return wire.ElectLeadersRequest(election_type=election_type, partitions=partitions)
+
+
+def elect_leaders_response(request: Request, answer: wire.ElectLeadersResponse) -> Any:
+    schema = response_schema(request)
+    topic_schema, part_schema = _nested(schema, "ReplicaElectionResult"), _nested(schema, "PartitionResult")
+    results = answer.results
+    if answer.error and not results and request.body.topic_partitions is not None:
+        results = tuple(
+            wire.ElectionResult(topic=t.topic, partition=p, error=answer.error, message=answer.message)
+            for t in request.body.topic_partitions
+            for p in t.partitions
+        )
+    topics = tuple(
+        make(
+            topic_schema,
+            topic=name,
+            partition_result=tuple(
+                make(part_schema, partition_id=r.partition, error_code=r.error, error_message=r.message or None)
+                for r in items
+            ),
+        )
+        for name, items in _by_topic(results).items()
+    )
+    top = answer.error if not answer.results else 0
+    return make(schema, throttle_time=0, error_code=top, replica_election_results=topics)
+
+
+ConfigRow = tuple[str, str | None, int]  # name, value, source
+ResourceAnswer = tuple[int, str, int, str, list[ConfigRow]]  # resource type, name, error, message, configs
+
+
+def describe_configs_response(request: Request, answers: list[ResourceAnswer]) -> Any:
+    schema = response_schema(request)
+    result_schema = _nested(schema, "DescribeConfigsResult")
+    config_schema = _nested(schema, "DescribeConfigsResourceResult")
+    return make(
+        schema,
+        throttle_time=0,
+        results=tuple(
+            make(
+                result_schema,
+                error_code=error,
+                error_message=message or None,
+                resource_type=resource_type,
+                resource_name=name,
+                configs=tuple(
+                    make(
+                        config_schema,
+                        name=config,
+                        value=value,
+                        read_only=False,
+                        is_default=source == CONFIG_SOURCE_DEFAULT,
+                        config_source=source,
+                        is_sensitive=False,
+                        synonyms=(),
+                        config_type=0,
+                        documentation=None,
+                    )
+                    for config, value, source in configs
+                ),
+            )
+            for resource_type, name, error, message, configs in answers
+        ),
+    )

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
 
+from hightide.core import topic_configs
 from hightide.protocol import kafka, wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.subjects import BrokerApi, ControllerApi
@@ -194,6 +195,15 @@ class KafkaListener:
                     ControllerApi.DESCRIBE_CLUSTER, wire.DescribeClusterRequest(), wire.DescribeClusterResponse
                 )
                 return kafka.describe_cluster_response(request, described, controller_id=self.service.id)
+            if key == kafka.CREATE_PARTITIONS:
+                return await self._create_partitions(request)
+            if key == kafka.ELECT_LEADERS:
+                elected = await self._controller(
+                    ControllerApi.ELECT_LEADERS, kafka.elect_leaders_request(request.body), wire.ElectLeadersResponse
+                )
+                return kafka.elect_leaders_response(request, elected)
+            if key == kafka.DESCRIBE_CONFIGS:
+                return await self._describe_configs(request)
         except ValidationError as error:
             # A request Kafka's schema allows and Hightide's bounds refuse (an empty batch, a bad topic name).
             message = str(error.errors()[0].get("msg", "invalid request"))[:256]
@@ -206,3 +216,62 @@ class KafkaListener:
         self, api: ControllerApi, body: wire.Wire, kind: type[Any], timeout_ms: int | None = None
     ) -> Any:
         return await self.service._controller(api, body, kind, timeout_ms)
+
+    async def _create_partitions(self, request: kafka.Request) -> Any:
+        if request.body.validate_only:
+            return kafka.error_response(
+                request, ErrorCode.INVALID_REQUEST, "validate_only is not supported by Hightide"
+            )
+        results: list[tuple[str, int, str]] = []
+        for one in kafka.create_partitions_requests(request.body):
+            try:
+                answer = await self._controller(ControllerApi.CREATE_PARTITIONS, one, wire.CreatePartitionsResponse)
+                results.append((one.topic, answer.error, answer.message))
+            except RequestFailed as error:
+                results.append((one.topic, int(error.error_code), str(error)))
+        return kafka.create_partitions_response(request, results)
+
+    async def _describe_configs(self, request: kafka.Request) -> Any:
+        """Topic resources from this broker's metadata image: each topic config, its override (a dynamic topic
+        config), else this broker's setting (static broker config), else Kafka's default."""
+        answers: list[kafka.ResourceAnswer] = []
+        for resource in request.body.resources:
+            kind, name = int(resource.resource_type), resource.resource_name
+            if kind != kafka.TOPIC_RESOURCE:
+                message = "only topic configs are described by Hightide's Kafka listener"
+                answers.append((kind, name, int(ErrorCode.INVALID_REQUEST), message, []))
+                continue
+            try:
+                metadata = await self.service.kafka_request(BrokerApi.METADATA, wire.MetadataRequest(topics=(name,)))
+            except ValidationError:
+                answers.append((kind, name, int(ErrorCode.INVALID_TOPIC_EXCEPTION), "invalid topic name", []))
+                continue
+            topic = metadata.topics[0]
+            if topic.error:
+                answers.append((kind, name, topic.error, "", []))
+                continue
+            wanted = None if resource.configuration_keys is None else set(resource.configuration_keys)
+            answers.append((kind, name, 0, "", self._topic_configs(topic.configs, wanted)))
+        return kafka.describe_configs_response(request, answers)
+
+    def _topic_configs(self, overrides: dict[str, str], wanted: set[str] | None) -> list[kafka.ConfigRow]:
+        rows: list[kafka.ConfigRow] = []
+        broker = self.service.settings.log_defaults
+        for config, default in sorted(topic_configs.defaults().items()):
+            if wanted is not None and config not in wanted:
+                continue
+            if config in overrides:
+                rows.append((config, overrides[config], kafka.CONFIG_SOURCE_DYNAMIC_TOPIC))
+            elif config in broker:
+                rows.append((config, broker[config], kafka.CONFIG_SOURCE_STATIC_BROKER))
+            else:
+                rows.append((config, _config_text(default), kafka.CONFIG_SOURCE_DEFAULT))
+        return rows
+
+
+def _config_text(value: topic_configs.ConfigValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value)
