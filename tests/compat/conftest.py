@@ -1,5 +1,6 @@
 """The compatibility tier's cluster: a real local cluster (its own nats-server, a controller, three brokers, each a
-process with a Kafka listener on 127.0.0.1), started as `hightide cluster up` starts it, shared by a module."""
+process with a Kafka listener on 127.0.0.1), started as `hightide cluster up` starts it, shared by a module.
+When it goes down, the history audit reads every event of the run."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hightide.client.local_cluster import LocalCluster
+from support.audited import assert_history_clean
 from support.cluster_cli import active_brokers, wait_for
 
 CONFIG = [
@@ -29,6 +31,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield local
     finally:
         local.down()
+    assert_history_clean(local.lake)  # what the Kafka clients did is history the audit reads like any other
 
 
 @pytest.fixture(scope="module")
