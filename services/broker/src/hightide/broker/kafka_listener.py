@@ -128,6 +128,9 @@ class KafkaListener:
                 await writer.drain()
         except (ConnectionError, OSError):
             return
+        except Exception as error:  # a defect in a translation: this connection closes, the broker serves on
+            self.log.error("kafka_request_failed", peer=str(peer), error=repr(error)[:512])
+            return
         finally:
             self._connections.discard(task)
             writer.close()
@@ -161,6 +164,17 @@ class KafkaListener:
                 return kafka.offsets_for_leader_epoch_response(request, epochs)
             if key == kafka.METADATA:
                 metadata = await self.service.kafka_request(BrokerApi.METADATA, kafka.metadata_request(request.body))
+                if not self.service.manager.ready:
+                    # Not caught up with the metadata log (it just started): a live topic may look unknown, so
+                    # every topic is LEADER_NOT_AVAILABLE (retriable), as NATS clients are not answered at all.
+                    metadata = metadata.model_copy(
+                        update={
+                            "topics": tuple(
+                                t.model_copy(update={"error": int(ErrorCode.LEADER_NOT_AVAILABLE), "partitions": ()})
+                                for t in metadata.topics
+                            )
+                        }
+                    )
                 return kafka.metadata_response(
                     request, metadata, self.service.settings.cluster_id, controller_id=self.service.id
                 )
