@@ -12,13 +12,14 @@ import datetime
 import io
 import struct
 import uuid
+from typing import Any
 
 import pytest
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
-from kio.serial import entity_writer
+from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records
 
 from hightide.protocol import kafka, wire
@@ -191,3 +192,90 @@ def test_topic_ids_are_kafkas_uuid() -> None:
     text = base64.urlsafe_b64encode(raw.bytes).rstrip(b"=").decode()
     assert kafka.topic_uuid(text) == raw
     assert kafka.topic_uuid("") is None
+
+
+def _answers() -> dict[int, Any]:
+    """For each served API, a translation of an internal answer with content (topics, partitions, brokers)."""
+    broker = wire.BrokerMetadata(
+        broker_id=1, broker_epoch=5, fenced=False, in_controlled_shutdown=False, kafka_listener="127.0.0.1:9092"
+    )
+    topic_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    return {
+        kafka.PRODUCE: lambda r: kafka.produce_response(
+            r, wire.ProduceResponse(partitions=(wire.ProducePartitionResponse(topic="t", partition=0, error=0),))
+        ),
+        kafka.FETCH: lambda r: kafka.fetch_response(
+            r,
+            wire.FetchResponse(
+                partitions=(
+                    wire.FetchPartitionResponse(topic="t", partition=0, error=0, records=b"x", diverging_epoch=1),
+                )
+            ),
+        ),
+        kafka.LIST_OFFSETS: lambda r: kafka.list_offsets_response(
+            r,
+            wire.ListOffsetsResponse(partitions=(wire.ListOffsetsPartitionResponse(topic="t", partition=0, error=0),)),
+        ),
+        kafka.METADATA: lambda r: kafka.metadata_response(
+            r,
+            wire.MetadataResponse(
+                brokers=(broker,),
+                topics=(
+                    wire.TopicMetadata(
+                        name="t",
+                        topic_id=topic_id,
+                        partitions=(
+                            wire.PartitionMetadata(
+                                partition=0, leader=1, leader_epoch=0, partition_epoch=0, replicas=(1,), isr=(1,)
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            "c",
+            1,
+        ),
+        kafka.API_VERSIONS: kafka.api_versions_response,
+        kafka.CREATE_TOPICS: lambda r: kafka.create_topics_response(
+            r, wire.CreateTopicsResponse(topics=(wire.TopicResult(name="t", error=0, topic_id=topic_id),))
+        ),
+        kafka.DELETE_TOPICS: lambda r: kafka.delete_topics_response(
+            r, wire.DeleteTopicsResponse(topics=(wire.TopicResult(name="t", error=36, message="m"),))
+        ),
+        kafka.INIT_PRODUCER_ID: lambda r: kafka.init_producer_id_response(
+            r, wire.InitProducerIdResponse(producer_id=7, producer_epoch=0)
+        ),
+        kafka.OFFSET_FOR_LEADER_EPOCH: lambda r: kafka.offsets_for_leader_epoch_response(
+            r,
+            wire.OffsetsForLeaderEpochResponse(
+                partitions=(wire.EpochEndOffsetResponse(topic="t", partition=0, error=0),)
+            ),
+        ),
+        kafka.DESCRIBE_CLUSTER: lambda r: kafka.describe_cluster_response(
+            r, wire.DescribeClusterResponse(cluster_id="c", brokers=(broker,)), 1
+        ),
+        kafka.DESCRIBE_CONFIGS: lambda r: kafka.describe_configs_response(
+            r, [(kafka.TOPIC_RESOURCE, "t", 0, "", [("retention.ms", "1", kafka.CONFIG_SOURCE_DYNAMIC_TOPIC)])]
+        ),
+        kafka.CREATE_PARTITIONS: lambda r: kafka.create_partitions_response(r, [("t", 0, "")]),
+        kafka.ELECT_LEADERS: lambda r: kafka.elect_leaders_response(
+            r, wire.ElectLeadersResponse(results=(wire.ElectionResult(topic="t", partition=0, error=84),))
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version"), [(k, v) for k, (lo, hi) in sorted(kafka.SERVED.items()) for v in range(lo, hi + 1)]
+)
+def test_every_served_version_answers_with_content(api_key: int, version: int) -> None:
+    request = kafka.Request(api_key, version, 12, "c", body=object())
+    translated = _answers()[api_key](request)
+    answer = kafka.encode_response(request, translated)
+    size, correlation_id = struct.unpack_from(">ii", answer)
+    assert (size, correlation_id) == (len(answer) - 4, 12)
+    # The body, read back with kio at the same version, is what was written (header v0, or v1 when flexible).
+    flexible = api_key != kafka.API_VERSIONS and kafka.load_response_schema(api_key, version).__flexible__
+    schema = kafka.load_response_schema(api_key, version)
+    body, read = entity_reader(schema)(memoryview(answer)[8 + (1 if flexible else 0) :], 0)
+    assert read == len(answer) - 8 - (1 if flexible else 0)
+    assert body == translated

@@ -394,7 +394,7 @@ def fetch_response(request: Request, answer: wire.FetchResponse | None) -> Any:
         partitions = []
         for p in items:
             extra: dict[str, Any] = {}
-            if p.diverging_epoch >= 0:
+            if p.diverging_epoch >= 0 and hasattr(sys.modules[schema.__module__], "EpochEndOffset"):  # v12+
                 extra["diverging_epoch"] = make(
                     _nested(schema, "EpochEndOffset"), epoch=p.diverging_epoch, end_offset=p.diverging_end_offset
                 )
