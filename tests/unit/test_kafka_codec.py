@@ -8,9 +8,12 @@ always for ApiVersions), the correlation id, and the translation to Hightide's i
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime
 import io
 import struct
+import types
+import typing
 import uuid
 from typing import Any
 
@@ -18,6 +21,7 @@ import pytest
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.request_header.v1.header import RequestHeader as HeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records
@@ -279,3 +283,60 @@ def test_every_served_version_answers_with_content(api_key: int, version: int) -
     body, read = entity_reader(schema)(memoryview(answer)[8 + (1 if flexible else 0) :], 0)
     assert read == len(answer) - 8 - (1 if flexible else 0)
     assert body == translated
+
+
+def _sample(kind: Any) -> Any:
+    """A value of a kio field type with content: one element in every array, 1 in every number, "t" in strings."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        return _sample(next(a for a in typing.get_args(kind) if a is not type(None)))
+    if origin is tuple:
+        return (_sample(typing.get_args(kind)[0]),)
+    if dataclasses.is_dataclass(kind):
+        hints = typing.get_type_hints(kind)
+        return kind(**{f.name: _sample(hints[f.name]) for f in dataclasses.fields(kind)})
+    if kind is bool:
+        return False
+    if kind is uuid.UUID:
+        return uuid.UUID(int=1)
+    if "Timedelta" in getattr(kind, "__name__", ""):
+        return datetime.timedelta(milliseconds=100)
+    if isinstance(kind, type) and issubclass(kind, str):
+        return "t"
+    if isinstance(kind, type) and issubclass(kind, bytes):
+        return Records(b"x")
+    assert isinstance(kind, type) and issubclass(kind, int), kind
+    return 1
+
+
+TRANSLATIONS: dict[int, Any] = {  # the translation, and where the internal request names its first topic
+    kafka.PRODUCE: (kafka.produce_request, lambda r: r.partitions[0].topic),
+    kafka.FETCH: (kafka.fetch_request, lambda r: r.partitions[0].topic),
+    kafka.LIST_OFFSETS: (kafka.list_offsets_request, lambda r: r.partitions[0].topic),
+    kafka.METADATA: (kafka.metadata_request, lambda r: r.topics[0]),
+    kafka.CREATE_TOPICS: (kafka.create_topics_request, lambda r: r.topics[0].name),
+    kafka.DELETE_TOPICS: (kafka.delete_topics_request, lambda r: r.topics[0]),
+    kafka.OFFSET_FOR_LEADER_EPOCH: (kafka.offsets_for_leader_epoch_request, lambda r: r.partitions[0].topic),
+    kafka.CREATE_PARTITIONS: (kafka.create_partitions_requests, lambda r: r[0].topic),
+    kafka.ELECT_LEADERS: (kafka.elect_leaders_request, lambda r: r.partitions[0].topic),
+}
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version"), [(k, v) for k, (lo, hi) in sorted(kafka.SERVED.items()) for v in range(lo, hi + 1)]
+)
+def test_every_served_version_of_every_request_parses_and_translates(api_key: int, version: int) -> None:
+    schema = kafka.load_request_schema(api_key, version)
+    body = _sample(schema)
+    header = (
+        v2(api_key, version)
+        if schema.__flexible__
+        else HeaderV1(request_api_key=api_key, request_api_version=version, correlation_id=9, client_id="t")
+    )
+    request = kafka.parse_request(frame(header, body))
+    assert (request.api_key, request.api_version, request.correlation_id, request.body) == (api_key, version, 9, body)
+    if api_key in TRANSLATIONS:
+        translate, topic_of = TRANSLATIONS[api_key]
+        assert topic_of(translate(request.body)) == "t"  # the topic named reached the internal request
+    if api_key != kafka.API_VERSIONS:  # an error answer at this version encodes
+        kafka.encode_response(request, kafka.error_response(request, ErrorCode.INVALID_REQUEST, "m"))
