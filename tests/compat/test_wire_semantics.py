@@ -1,7 +1,7 @@
 """Kafka's semantics at the listener that clients rely on but rarely show, over raw sockets (kio writes the
 requests): Produce with acks=0 gets no answer and the connection goes on; Fetch's KIP-320 current_leader_epoch is
 checked (an older epoch is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH); ListOffsets answers the
-earliest and latest offsets.
+earliest and latest offsets; OffsetForLeaderEpoch answers an epoch's end offset.
 """
 
 from __future__ import annotations
@@ -19,6 +19,11 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.offset_for_leader_epoch.v4.request import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.serial import entity_reader, entity_writer
@@ -178,3 +183,27 @@ def test_produce_with_acks_0_gets_no_answer_and_the_connection_goes_on(leader: t
         size = struct.unpack(">i", _exactly(sock, 4))[0]
         correlation_id = struct.unpack(">i", _exactly(sock, size)[:4])[0]
     assert correlation_id == 101  # the first answer on the connection is the ApiVersions one
+
+
+def test_offsets_for_leader_epoch_answers_each_epochs_end(leader: tuple[str, int]) -> None:
+    listener, epoch = leader
+    body = OffsetForLeaderEpochRequest(
+        replica_id=-1,
+        topics=(
+            OffsetForLeaderTopic(
+                topic=TOPIC,
+                partitions=(
+                    OffsetForLeaderPartition(partition=0, current_leader_epoch=epoch, leader_epoch=0),
+                    OffsetForLeaderPartition(partition=0, current_leader_epoch=epoch, leader_epoch=epoch),
+                ),
+            ),
+        ),
+    )
+    with socket.create_connection(_host_port(listener), timeout=15) as sock:
+        send(sock, kafka.OFFSET_FOR_LEADER_EPOCH, 4, 6, body)
+        correlation_id, answer = receive(sock, kafka.OFFSET_FOR_LEADER_EPOCH, 4)
+    assert correlation_id == 6
+    found = [(int(p.error_code), p.leader_epoch, p.end_offset) for p in answer.topics[0].partitions]
+    # Epoch 0 wrote offsets 0..2, so it ends where the next epoch began (3); the current epoch ends at the LEO.
+    assert found[0] == (0, 0, 3)
+    assert found[1][:2] == (0, epoch) and found[1][2] >= 3

@@ -79,6 +79,7 @@ class KafkaListener:
         self.server: asyncio.Server | None = None
         self.port = config.port
         self._connections: set[asyncio.Task[None]] = set()
+        self._versions_seen: set[tuple[int, int]] = set()  # each (api key, version) is logged once: what clients use
 
     @property
     def advertised(self) -> str:
@@ -121,6 +122,14 @@ class KafkaListener:
                         "kafka_request_refused", peer=str(peer), error=str(error)[:512], head=frame[:64].hex()
                     )
                     return
+                if (request.api_key, request.api_version) not in self._versions_seen:
+                    self._versions_seen.add((request.api_key, request.api_version))
+                    self.log.info(
+                        "kafka_api_version_first_served",
+                        api_key=request.api_key,
+                        api_version=request.api_version,
+                        client_id=(request.client_id or "")[:64],
+                    )
                 body = await self._answer(request)
                 if body is None:
                     continue  # Produce with acks=0: Kafka sends no answer
