@@ -205,7 +205,12 @@ class KafkaListener:
                     ControllerApi.CREATE_TOPICS,
                     kafka.create_topics_request(request.body),
                     wire.CreateTopicsResponse,
-                    timeout_ms=max(int(request.body.timeout.total_seconds() * 1000), 1),
+                    # The client's timeout, but never shorter than the broker's own wait for the controller: a
+                    # timeout of 0 (do not wait) must not turn a creation under way into REQUEST_TIMED_OUT.
+                    timeout_ms=max(
+                        int(request.body.timeout.total_seconds() * 1000),
+                        self.service.settings.controller_request_timeout_ms,
+                    ),
                 )
                 return kafka.create_topics_response(request, created)
             if key == kafka.DELETE_TOPICS:
