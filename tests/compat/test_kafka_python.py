@@ -103,3 +103,22 @@ def test_unknown_topic_is_answered_not_dropped(admin: KafkaAdminClient, bootstra
         assert not consumer.partitions_for_topic("no-such-topic")  # answered: no partitions
     finally:
         consumer.close()
+
+
+def test_acks_1_produce_is_acknowledged_by_the_leader(
+    cluster: LocalCluster, admin: KafkaAdminClient, bootstrap: str
+) -> None:
+    admin.create_topics([NewTopic("kp-acks1", 1, 3)])
+    wait_for(lambda: full_isr(cluster, "kp-acks1"), 30, "a full ISR")
+    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks=1)
+    try:
+        offsets = [producer.send("kp-acks1", value=b"a%d" % i).get(timeout=30).offset for i in range(20)]
+    finally:
+        producer.close()
+    assert offsets == list(range(20))
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=None)
+    try:
+        partition = TopicPartition("kp-acks1", 0)
+        wait_for(lambda: consumer.end_offsets([partition])[partition] == 20, 30, "the high watermark at 20")
+    finally:
+        consumer.close()
