@@ -204,6 +204,7 @@ class BrokerMetadata(Wire):
     broker_epoch: Int64
     fenced: bool
     in_controlled_shutdown: bool
+    kafka_listener: ShortText = ""  # issue 15: the advertised Kafka listener, host:port ("" when none)
 
 
 class PartitionMetadata(Wire):
@@ -246,6 +247,7 @@ class BrokerRegistrationRequest(Wire):
     broker_id: BrokerId
     incarnation_id: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     previous_broker_epoch: Int64 = -1
+    kafka_listener: ShortText = ""  # issue 15: the advertised Kafka listener, host:port ("" when none)
 
 
 class BrokerRegistrationResponse(Response):

@@ -15,6 +15,7 @@ from hightide.runtime.nats import NATS_CONFIG_NAMES
 
 __all__ = [
     "BROKER_CONFIG_NAMES",
+    "KAFKA_LISTENER_CONFIG_NAMES",
     "CONTROLLER_CONFIG_NAMES",
     "EVENTS_CONFIG_NAMES",
     "GROUP_CONFIG_NAMES",
@@ -75,6 +76,9 @@ GROUP_CONFIG_NAMES: Final = frozenset(
     }
 )
 
+# The broker's Kafka wire-protocol listener (issue 15).
+KAFKA_LISTENER_CONFIG_NAMES: Final = frozenset({"listeners", "advertised.listeners", "socket.request.max.bytes"})
+
 # The event store (every service): the EVENTS stream's replicas and retention, used when a service creates it.
 EVENTS_CONFIG_NAMES: Final = frozenset({"events.stream.replicas", "events.retention.ms"})
 
@@ -83,6 +87,7 @@ SERVER_CONFIG_NAMES: Final = (
     | CONTROLLER_CONFIG_NAMES
     | BROKER_CONFIG_NAMES
     | GROUP_CONFIG_NAMES
+    | KAFKA_LISTENER_CONFIG_NAMES
     | EVENTS_CONFIG_NAMES
     | frozenset(NATS_CONFIG_NAMES)
 )

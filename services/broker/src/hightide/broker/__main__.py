@@ -10,6 +10,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from hightide.broker.groups import GroupSettings
+from hightide.broker.kafka_listener import listener_config
 from hightide.broker.service import BrokerService, BrokerSettings
 from hightide.core.group_coordinator import GroupCoordinatorConfig
 from hightide.core.partition import PartitionConfig
@@ -60,6 +61,7 @@ def settings_from(broker_id: int, cluster_id: str, data_dir: Path, props: dict[s
         log_cleaner_backoff_ms=get_int(props, "log.cleaner.backoff.ms", 15_000, minimum=0),
         groups=group_settings_from(props),
         group_coordinator=group_coordinator_config_from(props),
+        kafka_listener=listener_config(props, get_int(props, "socket.request.max.bytes", 104_857_600, minimum=1)),
     )
 
 

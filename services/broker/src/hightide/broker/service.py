@@ -42,6 +42,7 @@ from hightide.broker.groups import (
     led_offsets_partitions,
     read_partition,
 )
+from hightide.broker.kafka_listener import KafkaListener, ListenerConfig
 from hightide.broker.storage import DiskStorage
 from hightide.core.clock import MonoMs, Now, WallMs
 from hightide.core.effects import (
@@ -125,6 +126,8 @@ class BrokerSettings:
     groups: GroupSettings = field(default_factory=GroupSettings)
     group_coordinator: GroupCoordinatorConfig = field(default_factory=GroupCoordinatorConfig)
 
+    kafka_listener: ListenerConfig | None = None  # issue 15: `listeners` / `advertised.listeners`
+
     def manager_config(self, fetch_response_bytes_max: int) -> ReplicaManagerConfig:
         return ReplicaManagerConfig(
             broker_id=self.broker_id,
@@ -164,6 +167,15 @@ class _AlterPartitionDone:
     response: wire.AlterPartitionResponse
 
 
+@dataclass(frozen=True, slots=True)
+class _KafkaRequest:
+    """A Kafka client's request, translated, for the driving task; `answer` gets the internal response."""
+
+    api: BrokerApi
+    body: wire.Wire
+    answer: asyncio.Future[Any]
+
+
 def now() -> Now:
     """Both clocks, read once."""
     return Now(MonoMs(time.monotonic_ns() // 1_000_000), WallMs(time.time_ns() // 1_000_000))
@@ -191,8 +203,10 @@ class BrokerService:
         self._group: asyncio.TaskGroup | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._startup_target = 0
-        self._requests: dict[int, tuple[Msg, bool]] = {}  # request id -> (its message, a consumer's fetch)
-        self._outgoing: list[tuple[Msg, wire.Wire]] = []  # this input's answers, sent once its events are stored
+        # request id -> (its NATS message, or the Kafka listener's future, and whether it is a consumer's fetch)
+        self._requests: dict[int, tuple[Msg | asyncio.Future[Any], bool]] = {}
+        self._outgoing: list[tuple[Msg | asyncio.Future[Any], wire.Wire]] = []  # sent once its events are stored
+        self.kafka = None if settings.kafka_listener is None else KafkaListener(settings.kafka_listener, self)
         self._request_ids = itertools.count(1)
         self._client_metadata: Subscription | None = None
         # The log cleaner: the jobs being built on a thread (at most one round at a time), and when to look next.
@@ -228,6 +242,8 @@ class BrokerService:
         own = await self.nc.subscribe(
             broker_api_wildcard(self.settings.cluster_id, self.id), cb=self.inbox.subscriber("request")
         )
+        if self.kafka is not None:
+            await self.kafka.start()  # before registering: the registration carries its advertised address
         try:
             async with asyncio.TaskGroup() as group:
                 self._group = group
@@ -238,6 +254,8 @@ class BrokerService:
                 for task in (driver, follower, ticker, *self._tasks):
                     task.cancel()
         finally:
+            if self.kafka is not None:
+                await self.kafka.close()
             for subscription in (own, self._client_metadata):
                 if subscription is not None:
                     with contextlib.suppress(Exception):
@@ -294,6 +312,7 @@ class BrokerService:
             broker_id=self.id,
             incarnation_id=self.incarnation_id,
             previous_broker_epoch=self.storage.previous_broker_epoch,
+            kafka_listener="" if self.kafka is None else self.kafka.advertised,
         )
         try:
             answer = await self._controller(ControllerApi.REGISTER_BROKER, body, wire.BrokerRegistrationResponse)
@@ -374,6 +393,9 @@ class BrokerService:
             elif kind == "metadata":
                 assert isinstance(payload, tuple)
                 effects = self._on_metadata_batch(payload[0], payload[1], at)
+            elif kind == "kafka":
+                assert isinstance(payload, _KafkaRequest)
+                effects = self._serve_kafka(payload, at)
             elif kind == "registered":
                 assert isinstance(payload, int)
                 effects = self.manager.on_registered(payload, at)
@@ -436,6 +458,37 @@ class BrokerService:
         self._requests[request_id] = (msg, body.replica_id < 0)
         return self.manager.on_fetch(request_id, body, at)
 
+    # -- the Kafka listener's requests (issue 15): the same manager calls as the NATS handlers -----------------
+
+    async def kafka_request(self, api: BrokerApi, body: wire.Wire) -> Any:
+        """Hand a Kafka client's request, translated, to the driving task; its internal answer."""
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        await self.inbox.put("kafka", _KafkaRequest(api, body, answer))
+        return await answer
+
+    def _serve_kafka(self, request: _KafkaRequest, at: Now) -> list[Effect]:
+        started = time.perf_counter()
+        body = request.body
+        effects: list[Effect] = []
+        if isinstance(body, wire.ProduceRequest):
+            request_id = next(self._request_ids)
+            self._requests[request_id] = (request.answer, False)
+            effects = self.manager.on_produce(request_id, body, at)
+        elif isinstance(body, wire.FetchRequest):
+            request_id = next(self._request_ids)
+            self._requests[request_id] = (request.answer, True)
+            effects = self.manager.on_fetch(request_id, body, at)
+        elif isinstance(body, wire.ListOffsetsRequest):
+            self._outgoing.append((request.answer, self.manager.list_offsets(body)))
+        elif isinstance(body, wire.OffsetsForLeaderEpochRequest):
+            self._outgoing.append((request.answer, self.manager.offsets_for_leader_epoch(body)))
+        else:
+            assert isinstance(body, wire.MetadataRequest), body
+            self._outgoing.append((request.answer, self.manager.metadata(body)))
+        if self.metrics is not None:
+            self.metrics.requests.observe(f"kafka.{request.api}", "NONE", (time.perf_counter() - started) * 1000)
+        return effects
+
     def _on_metadata_batch(self, sequence: int, batch: MetadataBatch, at: Now) -> list[Effect]:
         self.image = self.image.apply_all(batch.records)
         if sequence >= self._startup_target:
@@ -497,8 +550,11 @@ class BrokerService:
     async def _deliver(self) -> None:
         """Send the answers of this input, after its events are in the outbox."""
         outgoing, self._outgoing = self._outgoing, []
-        for msg, answer in outgoing:
-            await reply(self.nc, msg, answer)
+        for target, answer in outgoing:
+            if isinstance(target, Msg):
+                await reply(self.nc, target, answer)
+            elif not target.done():  # a Kafka listener's request (its connection may have gone)
+                target.set_result(answer)
 
     def _spawn(self, coroutine: Any) -> None:
         """A task of the service's group that shutdown cancels (fetches, AlterPartition calls)."""
