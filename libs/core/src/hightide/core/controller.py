@@ -258,7 +258,7 @@ class ReplicationControl:
     # -- brokers ------------------------------------------------------------------------------------------------
 
     def register_broker(
-        self, broker_id: int, incarnation_id: str, previous_broker_epoch: int, now_ms: int
+        self, broker_id: int, incarnation_id: str, previous_broker_epoch: int, now_ms: int, kafka_listener: str = ""
     ) -> ControllerResult[BrokerRegistrationReply]:
         """Kafka's registerBroker. The new broker epoch is the offset the result's first record will get. A new
         incarnation's old partitions are handled first: as a fencing after a clean shutdown (the broker's epoch
@@ -288,6 +288,7 @@ class ReplicationControl:
             broker_epoch=broker_epoch,
             incarnation_id=incarnation_id,
             previous_broker_epoch=previous_broker_epoch,
+            kafka_listener=kafka_listener,
         )
         registered = events.BrokerRegistered(
             broker=broker_id, broker_epoch=broker_epoch, previous_broker_epoch=previous_broker_epoch, fenced=True

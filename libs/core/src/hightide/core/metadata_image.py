@@ -57,6 +57,8 @@ class BrokerRegistration:
     offline_replicas: frozenset[tuple[str, int]] = frozenset()
     """Its replicas whose log storage refused, by (topic id, partition): KIP-858's offline log directories. They
     may not lead nor join an ISR or ELR until the broker registers again (after its log recovery)."""
+    kafka_listener: str = ""
+    """Its advertised Kafka listener, host:port (issue 15; "" when it has none)."""
 
     @property
     def active(self) -> bool:
@@ -215,6 +217,7 @@ class MetadataImage:
             fenced=record.fenced,
             in_controlled_shutdown=False,
             registration_offset=offset,
+            kafka_listener=record.kafka_listener,
         )
         brokers = {**self.brokers, record.broker_id: registration}
         return replace(self, brokers=brokers, last_broker_epoch=record.broker_epoch)

@@ -1013,6 +1013,7 @@ def broker_metadata(image: MetadataImage) -> tuple[wire.BrokerMetadata, ...]:
             broker_epoch=b.broker_epoch,
             fenced=b.fenced,
             in_controlled_shutdown=b.in_controlled_shutdown,
+            kafka_listener=b.kafka_listener,
         )
         for b in sorted(image.brokers.values(), key=lambda b: b.broker_id)
     )

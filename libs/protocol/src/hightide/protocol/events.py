@@ -853,3 +853,142 @@ class CanarySummary(Event):
     records_duplicated: Int64
     records_reordered: Int64
     delay_ms_p99: Int64
+
+
+# -- consumer groups (issue 13: the group coordinator on the broker leading the group's offsets partition) ----------
+# Assignments and commits are parallel tuples (one row per partition) so that every field is one Spark array type.
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberJoined(Event):
+    """A member joined the group (a new member, or a static member taking over its instance id's place), during
+    generation `generation_id` (the next rebalance gives it its first assignment). `protocols`: the assignors it
+    supports, most preferred first."""
+
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    generation_id: Int32
+    protocols: tuple[str, ...]
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupRebalanceStarted(Event):
+    """The group went to PreparingRebalance from generation `generation_id`: every member must rejoin. `reason`
+    names why (a member joined, left, expired, changed its protocols, the leader rejoined)."""
+
+    group_id: str
+    generation_id: Int32
+    reason: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupGenerationStarted(Event):
+    """The join phase ended: generation `generation_id` began with these members (none: the group is Empty),
+    `leader` chooses the assignment with `protocol`. Generations of a group only go up."""
+
+    group_id: str
+    generation_id: Int32
+    protocol_type: str
+    protocol: str | None
+    leader: str | None
+    members: tuple[str, ...]
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupAssignmentSynced(Event):
+    """The leader's assignment for generation `generation_id` was persisted and handed to the members: member
+    `members[i]` owns `topics[i]` partition `partitions[i]` (decoded for protocol type "consumer"; empty for
+    other protocol types). No partition has two owners in one generation."""
+
+    group_id: str
+    generation_id: Int32
+    members: tuple[str, ...]
+    topics: tuple[str, ...]
+    partitions: tuple[Int32, ...]
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberLeft(Event):
+    """A member left the group in generation `generation_id`: `reason` left (LeaveGroup), session_timeout (no
+    heartbeat within its session timeout), rebalance_timeout (did not rejoin in time) or replaced (a static
+    member's instance id was taken over by a new member id, which fences this one)."""
+
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    generation_id: Int32
+    reason: str
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetsCommitted(Event):
+    """Committed offsets were persisted in `__consumer_offsets` (acks=all) and the commit was answered: for
+    `topics[i]` partition `partitions[i]` the group resumes at `offsets[i]`. `generation_id` -1 with member ""
+    is a commit outside group management (a simple consumer's, in an Empty group)."""
+
+    group_id: str
+    generation_id: Int32
+    member_id: str
+    topics: tuple[str, ...]
+    partitions: tuple[Int32, ...]
+    offsets: tuple[Int64, ...]
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupLoaded(Event):
+    """This broker became the group's coordinator and rebuilt it from `__consumer_offsets` partition
+    `partition`: in `state` at generation `generation_id` with these members and `offsets_count` committed
+    offsets."""
+
+    group_id: str
+    partition: Int32
+    generation_id: Int32
+    state: str
+    members: tuple[str, ...]
+    offsets_count: Int32
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupUnloaded(Event):
+    """This broker stopped leading the group's offsets partition and dropped the group (another coordinator
+    loads it from the log)."""
+
+    group_id: str
+    partition: Int32
+    generation_id: Int32
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupDeleted(Event):
+    """An Empty group was deleted (DeleteGroups): its metadata and every committed offset got tombstones."""
+
+    group_id: str
+    partition: Int32
+    generation_id: Int32
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionsAssigned(Event):
+    """A group consumer (the client's view) started reading its assignment of generation `generation_id`: for
+    `topics[i]` partition `partitions[i]` the group's committed offset was `committed[i]` (-1: none) and it reads
+    from `offsets[i]` (the committed offset, else where `auto.offset.reset` put it). A new owner resumes exactly at
+    the last commit: nothing skipped, nothing before it read again."""
+
+    group_id: str
+    member_id: str
+    generation_id: Int32
+    topics: tuple[str, ...]
+    partitions: tuple[Int32, ...]
+    committed: tuple[Int64, ...]
+    offsets: tuple[Int64, ...]

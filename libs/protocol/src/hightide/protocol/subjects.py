@@ -36,6 +36,17 @@ class BrokerApi(StrEnum):
     LIST_OFFSETS = "list_offsets"
     OFFSETS_FOR_LEADER_EPOCH = "offsets_for_leader_epoch"
     METADATA = "metadata"
+    # consumer groups (issue 13): FindCoordinator goes to any broker, the rest to the group's coordinator
+    FIND_COORDINATOR = "find_coordinator"
+    JOIN_GROUP = "join_group"
+    SYNC_GROUP = "sync_group"
+    HEARTBEAT = "heartbeat"
+    LEAVE_GROUP = "leave_group"
+    OFFSET_COMMIT = "offset_commit"
+    OFFSET_FETCH = "offset_fetch"
+    LIST_GROUPS = "list_groups"
+    DESCRIBE_GROUPS = "describe_groups"
+    DELETE_GROUPS = "delete_groups"
 
 
 class ControllerApi(StrEnum):

@@ -204,6 +204,7 @@ class BrokerMetadata(Wire):
     broker_epoch: Int64
     fenced: bool
     in_controlled_shutdown: bool
+    kafka_listener: ShortText = ""  # issue 15: the advertised Kafka listener, host:port ("" when none)
 
 
 class PartitionMetadata(Wire):
@@ -246,6 +247,7 @@ class BrokerRegistrationRequest(Wire):
     broker_id: BrokerId
     incarnation_id: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     previous_broker_epoch: Int64 = -1
+    kafka_listener: ShortText = ""  # issue 15: the advertised Kafka listener, host:port ("" when none)
 
 
 class BrokerRegistrationResponse(Response):
@@ -518,3 +520,245 @@ REQUEST_OF[ControllerApi.ALTER_PARTITION_REASSIGNMENTS] = AlterPartitionReassign
 REQUEST_OF[ControllerApi.LIST_PARTITION_REASSIGNMENTS] = ListPartitionReassignmentsRequest
 RESPONSE_OF[ControllerApi.ALTER_PARTITION_REASSIGNMENTS] = AlterPartitionReassignmentsResponse
 RESPONSE_OF[ControllerApi.LIST_PARTITION_REASSIGNMENTS] = ListPartitionReassignmentsResponse
+
+
+# -- consumer groups (issue 13: the group coordinator's APIs) ----------------------------------------------------
+# Kafka's classic group protocol (JoinGroup v9, SyncGroup v5, Heartbeat v4, LeaveGroup v5, OffsetCommit v8,
+# OffsetFetch v8, FindCoordinator v4, ListGroups v4, DescribeGroups v5, DeleteGroups v2), reduced to what
+# Hightide uses. A member id of "" is Kafka's UNKNOWN_MEMBER_ID, a generation of -1 "no generation" (a simple
+# consumer's commit).
+
+GROUPS_PER_REQUEST_MAX: Final = 1_000
+MEMBERS_MAX: Final = 10_000
+PROTOCOLS_MAX: Final = 100
+GROUP_METADATA_BYTES_MAX: Final = 1024 * 1024
+GroupId = Annotated[str, StringConstraints(max_length=249)]
+"""Kafka allows any string; "" is answered INVALID_GROUP_ID by the coordinator, not refused at decoding."""
+MemberId = Annotated[str, StringConstraints(max_length=1024)]
+ProtocolBytes = Annotated[bytes, Field(max_length=GROUP_METADATA_BYTES_MAX)]
+
+
+class FindCoordinatorRequest(Wire):
+    key: GroupId
+    key_type: Literal[0] = 0  # 0: a group (transactions are not built)
+
+
+class FindCoordinatorResponse(Response):
+    node_id: Int32 = -1
+    partition: Int32 = -1
+    """The group's `__consumer_offsets` partition (not in Kafka's response; it helps tests and the CLI)."""
+
+
+class JoinGroupProtocol(Wire):
+    name: Annotated[str, StringConstraints(min_length=1, max_length=249)]
+    metadata: ProtocolBytes
+
+
+class JoinGroupRequest(Wire):
+    group_id: GroupId
+    session_timeout_ms: NonNegInt32
+    rebalance_timeout_ms: NonNegInt32
+    member_id: MemberId = ""
+    group_instance_id: MemberId | None = None
+    protocol_type: Annotated[str, StringConstraints(max_length=249)] = "consumer"
+    protocols: Annotated[tuple[JoinGroupProtocol, ...], Field(min_length=1, max_length=PROTOCOLS_MAX)]
+    client_id: MemberId = ""
+    client_host: MemberId = ""
+    reason: ShortText = ""
+
+
+class JoinGroupMember(Wire):
+    member_id: MemberId
+    group_instance_id: MemberId | None = None
+    metadata: ProtocolBytes
+
+
+class JoinGroupResponse(Response):
+    generation_id: Int32 = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: MemberId = ""
+    member_id: MemberId = ""
+    members: Annotated[tuple[JoinGroupMember, ...], Field(max_length=MEMBERS_MAX)] = ()
+
+
+class SyncGroupAssignment(Wire):
+    member_id: MemberId
+    assignment: ProtocolBytes
+
+
+class SyncGroupRequest(Wire):
+    group_id: GroupId
+    generation_id: Int32
+    member_id: MemberId
+    group_instance_id: MemberId | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignments: Annotated[tuple[SyncGroupAssignment, ...], Field(max_length=MEMBERS_MAX)] = ()
+
+
+class SyncGroupResponse(Response):
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: ProtocolBytes = b""
+
+
+class HeartbeatRequest(Wire):
+    group_id: GroupId
+    generation_id: Int32
+    member_id: MemberId
+    group_instance_id: MemberId | None = None
+
+
+class HeartbeatResponse(Response):
+    pass
+
+
+class MemberIdentity(Wire):
+    member_id: MemberId = ""
+    group_instance_id: MemberId | None = None
+    reason: ShortText = ""
+
+
+class LeaveGroupRequest(Wire):
+    group_id: GroupId
+    members: Annotated[tuple[MemberIdentity, ...], Field(min_length=1, max_length=MEMBERS_MAX)]
+
+
+class LeaveGroupMemberResponse(Wire):
+    member_id: MemberId
+    group_instance_id: MemberId | None = None
+    error: Int16
+
+
+class LeaveGroupResponse(Response):
+    members: Annotated[tuple[LeaveGroupMemberResponse, ...], Field(max_length=MEMBERS_MAX)] = ()
+
+
+class OffsetCommitPartition(Wire):
+    topic: TopicName
+    partition: PartitionId
+    committed_offset: Int64
+    committed_leader_epoch: Int32 = -1
+    committed_metadata: ShortText | None = None
+
+
+class OffsetCommitRequest(Wire):
+    group_id: GroupId
+    generation_id: Int32 = -1
+    member_id: MemberId = ""
+    group_instance_id: MemberId | None = None
+    partitions: Annotated[tuple[OffsetCommitPartition, ...], Field(min_length=1, max_length=PARTITIONS_PER_REQUEST_MAX)]
+
+
+class OffsetCommitPartitionResponse(Wire):
+    topic: TopicName
+    partition: PartitionId
+    error: Int16
+
+
+class OffsetCommitResponse(Response):
+    partitions: Annotated[tuple[OffsetCommitPartitionResponse, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] = ()
+
+
+class OffsetFetchRequest(Wire):
+    group_id: GroupId
+    partitions: Annotated[tuple[TopicPartitionRef, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] | None = None
+    """None: every partition the group has committed an offset for."""
+
+
+class OffsetFetchPartitionResponse(Wire):
+    topic: TopicName
+    partition: PartitionId
+    committed_offset: Int64 = -1
+    committed_leader_epoch: Int32 = -1
+    metadata: ShortText | None = ""
+    error: Int16 = 0
+
+
+class OffsetFetchResponse(Response):
+    partitions: Annotated[tuple[OffsetFetchPartitionResponse, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] = ()
+
+
+class ListGroupsRequest(Wire):
+    states_filter: Annotated[tuple[ShortText, ...], Field(max_length=10)] = ()
+
+
+class ListedGroup(Wire):
+    group_id: GroupId
+    protocol_type: str
+    group_state: str
+
+
+class ListGroupsResponse(Response):
+    groups: Annotated[tuple[ListedGroup, ...], Field(max_length=1_000_000)] = ()
+
+
+class DescribeGroupsRequest(Wire):
+    groups: Annotated[tuple[GroupId, ...], Field(min_length=1, max_length=GROUPS_PER_REQUEST_MAX)]
+
+
+class DescribedGroupMember(Wire):
+    member_id: MemberId
+    group_instance_id: MemberId | None = None
+    client_id: MemberId
+    client_host: MemberId
+    member_metadata: ProtocolBytes
+    member_assignment: ProtocolBytes
+
+
+class DescribedGroup(Wire):
+    error: Int16
+    group_id: GroupId
+    group_state: str
+    protocol_type: str
+    protocol_data: str
+    generation_id: Int32 = -1
+    members: Annotated[tuple[DescribedGroupMember, ...], Field(max_length=MEMBERS_MAX)] = ()
+
+
+class DescribeGroupsResponse(Response):
+    groups: Annotated[tuple[DescribedGroup, ...], Field(max_length=GROUPS_PER_REQUEST_MAX)] = ()
+
+
+class DeleteGroupsRequest(Wire):
+    groups_names: Annotated[tuple[GroupId, ...], Field(min_length=1, max_length=GROUPS_PER_REQUEST_MAX)]
+
+
+class DeletableGroupResult(Wire):
+    group_id: GroupId
+    error: Int16
+
+
+class DeleteGroupsResponse(Response):
+    results: Annotated[tuple[DeletableGroupResult, ...], Field(max_length=GROUPS_PER_REQUEST_MAX)] = ()
+
+
+REQUEST_OF.update(
+    {
+        BrokerApi.FIND_COORDINATOR: FindCoordinatorRequest,
+        BrokerApi.JOIN_GROUP: JoinGroupRequest,
+        BrokerApi.SYNC_GROUP: SyncGroupRequest,
+        BrokerApi.HEARTBEAT: HeartbeatRequest,
+        BrokerApi.LEAVE_GROUP: LeaveGroupRequest,
+        BrokerApi.OFFSET_COMMIT: OffsetCommitRequest,
+        BrokerApi.OFFSET_FETCH: OffsetFetchRequest,
+        BrokerApi.LIST_GROUPS: ListGroupsRequest,
+        BrokerApi.DESCRIBE_GROUPS: DescribeGroupsRequest,
+        BrokerApi.DELETE_GROUPS: DeleteGroupsRequest,
+    }
+)
+RESPONSE_OF.update(
+    {
+        BrokerApi.FIND_COORDINATOR: FindCoordinatorResponse,
+        BrokerApi.JOIN_GROUP: JoinGroupResponse,
+        BrokerApi.SYNC_GROUP: SyncGroupResponse,
+        BrokerApi.HEARTBEAT: HeartbeatResponse,
+        BrokerApi.LEAVE_GROUP: LeaveGroupResponse,
+        BrokerApi.OFFSET_COMMIT: OffsetCommitResponse,
+        BrokerApi.OFFSET_FETCH: OffsetFetchResponse,
+        BrokerApi.LIST_GROUPS: ListGroupsResponse,
+        BrokerApi.DESCRIBE_GROUPS: DescribeGroupsResponse,
+        BrokerApi.DELETE_GROUPS: DeleteGroupsResponse,
+    }
+)

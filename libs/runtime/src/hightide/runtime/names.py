@@ -15,8 +15,10 @@ from hightide.runtime.nats import NATS_CONFIG_NAMES
 
 __all__ = [
     "BROKER_CONFIG_NAMES",
+    "KAFKA_LISTENER_CONFIG_NAMES",
     "CONTROLLER_CONFIG_NAMES",
     "EVENTS_CONFIG_NAMES",
+    "GROUP_CONFIG_NAMES",
     "LOG_CONFIG_NAMES",
     "SERVER_CONFIG_NAMES",
 ]
@@ -60,6 +62,23 @@ BROKER_CONFIG_NAMES: Final = frozenset(
     }
 )
 
+# The group coordinator and the offsets topic (issue 13: consumer groups), read by the broker.
+GROUP_CONFIG_NAMES: Final = frozenset(
+    {
+        "offsets.topic.num.partitions",
+        "offsets.topic.replication.factor",
+        "offsets.commit.timeout.ms",
+        "group.min.session.timeout.ms",
+        "group.max.session.timeout.ms",
+        "group.initial.rebalance.delay.ms",
+        "group.max.size",
+        "offset.metadata.max.bytes",
+    }
+)
+
+# The broker's Kafka wire-protocol listener (issue 15).
+KAFKA_LISTENER_CONFIG_NAMES: Final = frozenset({"listeners", "advertised.listeners", "socket.request.max.bytes"})
+
 # The event store (every service): the EVENTS stream's replicas and retention, used when a service creates it.
 EVENTS_CONFIG_NAMES: Final = frozenset({"events.stream.replicas", "events.retention.ms"})
 
@@ -67,6 +86,8 @@ SERVER_CONFIG_NAMES: Final = (
     LOG_CONFIG_NAMES
     | CONTROLLER_CONFIG_NAMES
     | BROKER_CONFIG_NAMES
+    | GROUP_CONFIG_NAMES
+    | KAFKA_LISTENER_CONFIG_NAMES
     | EVENTS_CONFIG_NAMES
     | frozenset(NATS_CONFIG_NAMES)
 )

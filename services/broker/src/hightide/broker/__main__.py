@@ -9,7 +9,10 @@ from typing import Any
 
 from nats.aio.client import Client
 
+from hightide.broker.groups import GroupSettings
+from hightide.broker.kafka_listener import listener_config
 from hightide.broker.service import BrokerService, BrokerSettings
+from hightide.core.group_coordinator import GroupCoordinatorConfig
 from hightide.core.partition import PartitionConfig
 from hightide.core.topic_configs import int_default
 from hightide.runtime.config import ConfigError, get_bool, get_int
@@ -56,6 +59,34 @@ def settings_from(broker_id: int, cluster_id: str, data_dir: Path, props: dict[s
         controlled_shutdown_timeout_ms=get_int(props, "controlled.shutdown.timeout.ms", 30_000, minimum=0),
         log_cleaner_enable=get_bool(props, "log.cleaner.enable", True),
         log_cleaner_backoff_ms=get_int(props, "log.cleaner.backoff.ms", 15_000, minimum=0),
+        groups=group_settings_from(props),
+        group_coordinator=group_coordinator_config_from(props),
+        kafka_listener=listener_config(props, get_int(props, "socket.request.max.bytes", 104_857_600, minimum=1)),
+    )
+
+
+def group_settings_from(props: dict[str, str]) -> GroupSettings:
+    """The offsets topic's configs (issue 13), by Kafka's names and defaults."""
+    return GroupSettings(
+        offsets_topic_num_partitions=get_int(props, "offsets.topic.num.partitions", 50, minimum=1, maximum=10_000),
+        offsets_topic_replication_factor=get_int(props, "offsets.topic.replication.factor", 3, minimum=1),
+        offsets_commit_timeout_ms=get_int(props, "offsets.commit.timeout.ms", 5_000, minimum=1),
+    )
+
+
+def group_coordinator_config_from(props: dict[str, str]) -> GroupCoordinatorConfig:
+    """The group coordinator's configs, by Kafka's names and defaults."""
+    minimum_session = get_int(props, "group.min.session.timeout.ms", 6_000, minimum=0)
+    maximum_session = get_int(props, "group.max.session.timeout.ms", 1_800_000, minimum=0)
+    if maximum_session < minimum_session:
+        raise ConfigError("group.max.session.timeout.ms must be >= group.min.session.timeout.ms")
+    return GroupCoordinatorConfig(
+        offsets_topic_num_partitions=get_int(props, "offsets.topic.num.partitions", 50, minimum=1, maximum=10_000),
+        group_min_session_timeout_ms=minimum_session,
+        group_max_session_timeout_ms=maximum_session,
+        group_initial_rebalance_delay_ms=get_int(props, "group.initial.rebalance.delay.ms", 3_000, minimum=0),
+        group_max_size=get_int(props, "group.max.size", 2**31 - 1, minimum=1),
+        offset_metadata_max_bytes=get_int(props, "offset.metadata.max.bytes", 4_096, minimum=0),
     )
 
 

@@ -33,6 +33,16 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from hightide.broker.groups import (
+    GroupSettings,
+    append_outcome,
+    append_request,
+    find_coordinator,
+    leadership_changes,
+    led_offsets_partitions,
+    read_partition,
+)
+from hightide.broker.kafka_listener import KafkaListener, ListenerConfig
 from hightide.broker.storage import DiskStorage
 from hightide.core.clock import MonoMs, Now, WallMs
 from hightide.core.effects import (
@@ -47,9 +57,18 @@ from hightide.core.effects import (
     SendFetch,
     StorageEffect,
 )
+from hightide.core.group_coordinator import (
+    AnswerGroup,
+    AppendGroupRecords,
+    GroupCoordinator,
+    GroupCoordinatorConfig,
+    GroupEffect,
+    LoadGroupPartition,
+)
 from hightide.core.metadata_image import MetadataImage
 from hightide.core.partition import PartitionConfig
 from hightide.core.replica_manager import (
+    LogReadError,
     ReplicaManager,
     ReplicaManagerConfig,
     StorageOutcome,
@@ -104,6 +123,10 @@ class BrokerSettings:
     # Log compaction (issue 13): Kafka's log.cleaner.enable and log.cleaner.backoff.ms.
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15_000
+    groups: GroupSettings = field(default_factory=GroupSettings)
+    group_coordinator: GroupCoordinatorConfig = field(default_factory=GroupCoordinatorConfig)
+
+    kafka_listener: ListenerConfig | None = None  # issue 15: `listeners` / `advertised.listeners`
 
     def manager_config(self, fetch_response_bytes_max: int) -> ReplicaManagerConfig:
         return ReplicaManagerConfig(
@@ -144,6 +167,15 @@ class _AlterPartitionDone:
     response: wire.AlterPartitionResponse
 
 
+@dataclass(frozen=True, slots=True)
+class _KafkaRequest:
+    """A Kafka client's request, translated, for the driving task; `answer` gets the internal response."""
+
+    api: BrokerApi
+    body: wire.Wire
+    answer: asyncio.Future[Any]
+
+
 def now() -> Now:
     """Both clocks, read once."""
     return Now(MonoMs(time.monotonic_ns() // 1_000_000), WallMs(time.time_ns() // 1_000_000))
@@ -171,8 +203,10 @@ class BrokerService:
         self._group: asyncio.TaskGroup | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._startup_target = 0
-        self._requests: dict[int, tuple[Msg, bool]] = {}  # request id -> (its message, a consumer's fetch)
-        self._outgoing: list[tuple[Msg, wire.Wire]] = []  # this input's answers, sent once its events are stored
+        # request id -> (its NATS message, or the Kafka listener's future, and whether it is a consumer's fetch)
+        self._requests: dict[int, tuple[Msg | asyncio.Future[Any], bool]] = {}
+        self._outgoing: list[tuple[Msg | asyncio.Future[Any], wire.Wire]] = []  # sent once its events are stored
+        self.kafka = None if settings.kafka_listener is None else KafkaListener(settings.kafka_listener, self)
         self._request_ids = itertools.count(1)
         self._client_metadata: Subscription | None = None
         # The log cleaner: the jobs being built on a thread (at most one round at a time), and when to look next.
@@ -190,6 +224,7 @@ class BrokerService:
             ),
             BrokerApi.METADATA: lambda msg, _: self.manager.metadata(wire.decode(wire.MetadataRequest, msg.data)),
         }
+        self._init_groups()
 
     @property
     def ready(self) -> bool:
@@ -207,6 +242,8 @@ class BrokerService:
         own = await self.nc.subscribe(
             broker_api_wildcard(self.settings.cluster_id, self.id), cb=self.inbox.subscriber("request")
         )
+        if self.kafka is not None:
+            await self.kafka.start()  # before registering: the registration carries its advertised address
         try:
             async with asyncio.TaskGroup() as group:
                 self._group = group
@@ -217,6 +254,8 @@ class BrokerService:
                 for task in (driver, follower, ticker, *self._tasks):
                     task.cancel()
         finally:
+            if self.kafka is not None:
+                await self.kafka.close()
             for subscription in (own, self._client_metadata):
                 if subscription is not None:
                     with contextlib.suppress(Exception):
@@ -273,6 +312,7 @@ class BrokerService:
             broker_id=self.id,
             incarnation_id=self.incarnation_id,
             previous_broker_epoch=self.storage.previous_broker_epoch,
+            kafka_listener="" if self.kafka is None else self.kafka.advertised,
         )
         try:
             answer = await self._controller(ControllerApi.REGISTER_BROKER, body, wire.BrokerRegistrationResponse)
@@ -353,6 +393,9 @@ class BrokerService:
             elif kind == "metadata":
                 assert isinstance(payload, tuple)
                 effects = self._on_metadata_batch(payload[0], payload[1], at)
+            elif kind == "kafka":
+                assert isinstance(payload, _KafkaRequest)
+                effects = self._serve_kafka(payload, at)
             elif kind == "registered":
                 assert isinstance(payload, int)
                 effects = self.manager.on_registered(payload, at)
@@ -372,6 +415,7 @@ class BrokerService:
                 self.storage.flush_due(at.wall_ms)
                 self._maybe_start_cleaning(at)
             self._carry_out(effects, at)
+            self._groups_after_input(at, tick=kind == "tick", leadership=kind in ("metadata", "registered"))
             self.events.flush()  # the events of what just happened are in the outbox before any answer leaves
             await self._deliver()
             await self._join_client_metadata()
@@ -414,6 +458,37 @@ class BrokerService:
         self._requests[request_id] = (msg, body.replica_id < 0)
         return self.manager.on_fetch(request_id, body, at)
 
+    # -- the Kafka listener's requests (issue 15): the same manager calls as the NATS handlers -----------------
+
+    async def kafka_request(self, api: BrokerApi, body: wire.Wire) -> Any:
+        """Hand a Kafka client's request, translated, to the driving task; its internal answer."""
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        await self.inbox.put("kafka", _KafkaRequest(api, body, answer))
+        return await answer
+
+    def _serve_kafka(self, request: _KafkaRequest, at: Now) -> list[Effect]:
+        started = time.perf_counter()
+        body = request.body
+        effects: list[Effect] = []
+        if isinstance(body, wire.ProduceRequest):
+            request_id = next(self._request_ids)
+            self._requests[request_id] = (request.answer, False)
+            effects = self.manager.on_produce(request_id, body, at)
+        elif isinstance(body, wire.FetchRequest):
+            request_id = next(self._request_ids)
+            self._requests[request_id] = (request.answer, True)
+            effects = self.manager.on_fetch(request_id, body, at)
+        elif isinstance(body, wire.ListOffsetsRequest):
+            self._outgoing.append((request.answer, self.manager.list_offsets(body)))
+        elif isinstance(body, wire.OffsetsForLeaderEpochRequest):
+            self._outgoing.append((request.answer, self.manager.offsets_for_leader_epoch(body)))
+        else:
+            assert isinstance(body, wire.MetadataRequest), body
+            self._outgoing.append((request.answer, self.manager.metadata(body)))
+        if self.metrics is not None:
+            self.metrics.requests.observe(f"kafka.{request.api}", "NONE", (time.perf_counter() - started) * 1000)
+        return effects
+
     def _on_metadata_batch(self, sequence: int, batch: MetadataBatch, at: Now) -> list[Effect]:
         self.image = self.image.apply_all(batch.records)
         if sequence >= self._startup_target:
@@ -454,6 +529,8 @@ class BrokerService:
             case Emit(event=event):
                 self.events.emit(event)
                 self._count_isr_change(event)
+            case AnswerProduce(request_id=request_id, response=response) if request_id in self._group_appends:
+                self._append_results.append((self._group_appends.pop(request_id), append_outcome(response)))
             case AnswerProduce(request_id=request_id, response=response):
                 msg, _ = self._requests.pop(request_id)
                 self._outgoing.append((msg, response))
@@ -473,8 +550,11 @@ class BrokerService:
     async def _deliver(self) -> None:
         """Send the answers of this input, after its events are in the outbox."""
         outgoing, self._outgoing = self._outgoing, []
-        for msg, answer in outgoing:
-            await reply(self.nc, msg, answer)
+        for target, answer in outgoing:
+            if isinstance(target, Msg):
+                await reply(self.nc, target, answer)
+            elif not target.done():  # a Kafka listener's request (its connection may have gone)
+                target.set_result(answer)
 
     def _spawn(self, coroutine: Any) -> None:
         """A task of the service's group that shutdown cancels (fetches, AlterPartition calls)."""
@@ -570,6 +650,138 @@ class BrokerService:
         for _, job in jobs:
             job.discard()
         self._cleaning = None
+
+    # -- the group coordinator (issue 13): hightide.broker.groups translates, the core decides ---------------------
+
+    def _init_groups(self) -> None:
+        self.coordinator = GroupCoordinator(self.id, self.settings.group_coordinator)
+        self._group_requests: dict[int, Msg] = {}  # group request id -> its message
+        self._group_appends: dict[int, int] = {}  # produce request id -> the coordinator's append id
+        self._append_results: list[tuple[int, ErrorCode]] = []
+        self._offsets_leadership: dict[int, int] = {}  # what the coordinator was told: partition -> leader epoch
+        self._creating_offsets_topic = False
+        self._handlers.update(
+            {
+                BrokerApi.FIND_COORDINATOR: self._on_find_coordinator,
+                BrokerApi.JOIN_GROUP: lambda msg, at: self._group_request(
+                    msg,
+                    at,
+                    lambda rid: self.coordinator.on_join_group(
+                        rid, wire.decode(wire.JoinGroupRequest, msg.data), str(uuid.uuid4()), at
+                    ),
+                ),
+                BrokerApi.SYNC_GROUP: lambda msg, at: self._group_request(
+                    msg,
+                    at,
+                    lambda rid: self.coordinator.on_sync_group(rid, wire.decode(wire.SyncGroupRequest, msg.data), at),
+                ),
+                BrokerApi.HEARTBEAT: lambda msg, at: self._group_request(
+                    msg,
+                    at,
+                    lambda rid: self.coordinator.on_heartbeat(rid, wire.decode(wire.HeartbeatRequest, msg.data), at),
+                ),
+                BrokerApi.LEAVE_GROUP: lambda msg, at: self._group_request(
+                    msg,
+                    at,
+                    lambda rid: self.coordinator.on_leave_group(rid, wire.decode(wire.LeaveGroupRequest, msg.data), at),
+                ),
+                BrokerApi.OFFSET_COMMIT: lambda msg, at: self._group_request(
+                    msg,
+                    at,
+                    lambda rid: self.coordinator.on_offset_commit(
+                        rid, wire.decode(wire.OffsetCommitRequest, msg.data), at
+                    ),
+                ),
+                BrokerApi.DELETE_GROUPS: lambda msg, at: self._group_request(
+                    msg,
+                    at,
+                    lambda rid: self.coordinator.on_delete_groups(
+                        rid, wire.decode(wire.DeleteGroupsRequest, msg.data), at
+                    ),
+                ),
+                BrokerApi.OFFSET_FETCH: lambda msg, _: self.coordinator.on_offset_fetch(
+                    wire.decode(wire.OffsetFetchRequest, msg.data)
+                ),
+                BrokerApi.LIST_GROUPS: lambda msg, _: self.coordinator.on_list_groups(
+                    wire.decode(wire.ListGroupsRequest, msg.data)
+                ),
+                BrokerApi.DESCRIBE_GROUPS: lambda msg, _: self.coordinator.on_describe_groups(
+                    wire.decode(wire.DescribeGroupsRequest, msg.data)
+                ),
+            }
+        )
+
+    def _group_request(self, msg: Msg, at: Now, call: Callable[[int], list[GroupEffect]]) -> list[Effect]:
+        """A group request the coordinator may answer later: its message is kept under a request id."""
+        request_id = next(self._request_ids)
+        effects = call(request_id)  # decodes first: a bad body raises InvalidRequest before the id is kept
+        self._group_requests[request_id] = msg
+        self._carry_out_groups(effects, at)
+        return []
+
+    def _on_find_coordinator(self, msg: Msg, at: Now) -> wire.Response:
+        del at
+        answer, create = find_coordinator(
+            self.image, wire.decode(wire.FindCoordinatorRequest, msg.data), self.settings.groups
+        )
+        if create and not self._creating_offsets_topic:
+            self._creating_offsets_topic = True
+            self._spawn(self._create_offsets_topic())
+        return answer
+
+    async def _create_offsets_topic(self) -> None:
+        """Kafka's auto-creation of `__consumer_offsets` on the first FindCoordinator."""
+        body = wire.CreateTopicsRequest(topics=(self.settings.groups.creatable_topic(),))
+        try:
+            answer = await self._controller(ControllerApi.CREATE_TOPICS, body, wire.CreateTopicsResponse)
+            errors = [wire.error_code_of(t.error).name for t in answer.topics]
+            self.log.info("offsets_topic_create", error=answer.error_code.name, topics=errors)
+        except RequestFailed as error:
+            self.log.info("offsets_topic_create_failed", error=error.error_code.name)
+        finally:
+            self._creating_offsets_topic = False
+
+    def _groups_after_input(self, at: Now, *, tick: bool, leadership: bool) -> None:
+        """After every input: appends that completed; after the metadata moved, leadership of `__consumer_offsets`
+        partitions that changed (only the metadata changes who leads: the data path does not pay for the look);
+        on a tick, whatever fell due (sessions, join phases)."""
+        effects: list[GroupEffect] = []
+        if leadership:
+            led = led_offsets_partitions(self.manager)
+            effects += leadership_changes(self.coordinator, self._offsets_leadership, led, at)
+            self._offsets_leadership = led
+        if tick:
+            effects += self.coordinator.poll(at)
+        self._carry_out_groups(effects, at)
+
+    def _carry_out_groups(self, effects: list[GroupEffect], at: Now) -> None:
+        """The coordinator's effects in order, and the outcomes of its appends as they come back."""
+        queue = list(effects)
+        while queue or self._append_results:
+            if not queue:
+                append_id, error = self._append_results.pop(0)
+                queue = self.coordinator.on_append_done(append_id, error, at)
+                continue
+            effect = queue.pop(0)
+            if isinstance(effect, AnswerGroup):
+                self._outgoing.append((self._group_requests.pop(effect.request_id), effect.response))
+            elif isinstance(effect, Emit):
+                self.events.emit(effect.event)
+            elif isinstance(effect, AppendGroupRecords):
+                request_id = next(self._request_ids)
+                self._group_appends[request_id] = effect.append_id
+                body = append_request(effect, at, self.settings.groups.offsets_commit_timeout_ms)
+                self._carry_out(self.manager.on_produce(request_id, body, at), at)
+            else:
+                assert isinstance(effect, LoadGroupPartition), effect
+                try:
+                    records = read_partition(self.storage, self.manager, effect.partition)
+                except LogReadError as error:
+                    self.log.warning("offsets_load_failed", partition=effect.partition, error=str(error)[:512])
+                    continue
+                loaded = self.coordinator.on_partition_loaded(effect.partition, effect.leader_epoch, records, at)
+                self.log.info("offsets_partition_loaded", partition=effect.partition, records=len(records))
+                queue = loaded + queue
 
     # -- metrics -------------------------------------------------------------------------------------------------
 

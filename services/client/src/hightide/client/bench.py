@@ -16,6 +16,8 @@ ratio, the baseline it is a ratio of, in the same run, on the same disk:
 |           | 100 B records/s with event emission off (benchmark-only switch)  | emission costs <= 15%    |
 | failover  | a real local cluster (bench_failover.py): kill -9 of the leader   | stall <= election + 1 s  |
 |           | under an acks=all producer; its longest stall beside the election|                          |
+| group     | a real local cluster (group_bench.py): a group consumer's records/s | printed                  |
+|           | and a rebalance's duration (a second member joins)               |                          |
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
 
-from hightide.client import bench_cluster, bench_failover, bench_nats
+from hightide.client import bench_cluster, bench_failover, bench_nats, group_bench
 from hightide.core.clock import WallMs
 from hightide.protocol.records import encode_batch, iter_batch_headers
 from hightide.storage.checkpoint import TopicPartition
@@ -44,7 +46,7 @@ BATCH_BYTES: Final = 16 * 1024
 RECORD_BYTES: Final = 100
 TP: Final = TopicPartition("bench", 0)
 DEFAULT_DURATION_S: Final = 3.0  # `--duration`'s default: the produce workload runs at full size with it
-WORKLOADS: Final = ("append", "read", "encode", "recovery", "produce", "failover")
+WORKLOADS: Final = ("append", "read", "encode", "recovery", "produce", "failover", "group")
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +292,15 @@ def bench_failover_figures(work: Path) -> list[Figure]:
     ]
 
 
+def bench_group_figures(work: Path, duration_scale: float) -> list[Figure]:
+    """Consumer groups (issue 13): a group consumer's records/s and a rebalance's duration (group_bench.py)."""
+    records_per_s, rebalance_s = asyncio.run(group_bench.run_group_bench(work, duration_scale))
+    return [
+        Figure("group", "group consumer, 100 B records/s", records_per_s, "records/s"),
+        Figure("group", "rebalance: a second member joins", rebalance_s * 1000, "ms"),
+    ]
+
+
 def run(workloads: list[str], data_dir: Path, duration_s: float, size_mib: int, recovery_mib: int) -> list[Figure]:
     work = data_dir / f"bench-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
@@ -300,6 +311,7 @@ def run(workloads: list[str], data_dir: Path, duration_s: float, size_mib: int, 
         "recovery": lambda: bench_recovery(work, recovery_mib),
         "produce": lambda: bench_produce(work, duration_s / DEFAULT_DURATION_S),
         "failover": lambda: bench_failover_figures(work),
+        "group": lambda: bench_group_figures(work, duration_s / DEFAULT_DURATION_S),  # issue 13
     }
     try:
         for name in workloads:

@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from hightide.client import bench, canary, commands, demo, events_cli
+from hightide.client import bench, canary, commands, demo, events_cli, group_commands
 from hightide.client.local_cluster import ClusterError
 from hightide.client.reassign_cli import add_reassign_command  # partition reassignment (issue 13)
 from hightide.protocol.errors import HightideError
@@ -183,6 +183,19 @@ def _client_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     consume.add_argument("--format", choices=["text", "json"], default="text")
     consume.add_argument("--consumer-property", action="append", default=[], metavar="KEY=VALUE")
     consume.set_defaults(run=commands.consume)
+    # consumer groups (issue 13): kafka-consumer-groups.sh's --list, --describe, --delete
+    group = subparsers.add_parser("group", help="list, describe, delete consumer groups").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    group.add_parser("list", parents=[common]).set_defaults(
+        run=lambda a: group_commands.group_list(a, commands.connect)
+    )
+    describe_group = group.add_parser("describe", parents=[common])
+    describe_group.add_argument("group")
+    describe_group.set_defaults(run=lambda a: group_commands.group_describe(a, commands.connect))
+    delete_group = group.add_parser("delete", parents=[common])
+    delete_group.add_argument("group")
+    delete_group.set_defaults(run=lambda a: group_commands.group_delete(a, commands.connect))
 
 
 def _run_bench(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import io
 import json
 import os
@@ -523,8 +524,47 @@ def consume(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise UsageError(str(error)) from None
     if args.group:
-        raise UsageError("consumer groups are not supported yet; read partitions with --partition/--offset")
+        if args.partition is not None or args.offset is not None:
+            raise UsageError("--group reads the partitions the group assigns: not with --partition/--offset")
+        # Like kafka-console-consumer.sh: --from-beginning means auto.offset.reset=earliest for a group.
+        reset = "earliest" if args.from_beginning else config.auto_offset_reset
+        config = dataclasses.replace(config, group_id=args.group, auto_offset_reset=reset)
+        return asyncio.run(_consume_group(args, config))
     return asyncio.run(_consume(args, config))
+
+
+async def connect(args: argparse.Namespace) -> ClusterConnection:
+    """The cluster connection every client command opens (cluster.json's NATS address and cluster id)."""
+    return await _connect(args)
+
+
+async def _consume_group(args: argparse.Namespace, config: ConsumerConfig) -> int:
+    """`consume --group G`: a member of the group; what it printed is committed (auto-commit, and on exit)."""
+    conn = await _connect(args)
+    consumer = Consumer(conn, config)
+    events = open_client_events(conn.nc, args.data_dir, conn.cluster_id, "consumer", _LOG)
+    try:
+        wait_ms = config.default_api_timeout_ms if args.timeout_ms is None else args.timeout_ms
+        await conn.wait_for_partitions(args.topic, wait_ms / 1000, config.retry_backoff_ms / 1000)
+        consumer.subscribe([args.topic])
+        consumer.on_event = events.sink.emit
+        seen = 0
+        deadline = None if args.timeout_ms is None else time.monotonic() + args.timeout_ms / 1000
+        while args.max_messages is None or seen < args.max_messages:
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            remaining = None if args.max_messages is None else args.max_messages - seen
+            records = await consumer.poll(remaining)
+            records_consumed(events.sink, records)
+            events.sink.flush()
+            for record in records:
+                _print_record(record, args.format)
+            seen += len(records)
+    finally:
+        await consumer.close()
+        await events.close()
+        await conn.close()
+    return EXIT_OK
 
 
 async def _consume(args: argparse.Namespace, config: ConsumerConfig) -> int:

@@ -1,4 +1,5 @@
-"""The consumer (without groups): reads assigned partitions from given offsets, from each partition's leader.
+"""The consumer: reads assigned partitions from given offsets, from each partition's leader; with `group.id` and
+`subscribe`, a member of a consumer group (`group_member.GroupMember` decides what it reads and commits).
 
 Room: services/client. A fetch goes to the leader with `current_leader_epoch`, long-polls (`fetch.max.wait.ms`),
 and the leader answers only records below its high watermark, so a consumer never sees an uncommitted record.
@@ -17,13 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from hightide.client.connection import ClientError, ClusterConnection, Leadership
+from hightide.client.group_member import GroupMember
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode
+from hightide.protocol.events import Event
 from hightide.protocol.records import InvalidRecordBatch, decode_batch, iter_batch_headers
 from hightide.protocol.subjects import BrokerApi
 from hightide.runtime.rpc import RequestFailed
@@ -50,13 +53,34 @@ class ConsumerConfig:
     request_timeout_ms: int = 30_000
     retry_backoff_ms: int = 100
     default_api_timeout_ms: int = 60_000
+    # consumer groups (issue 13), Kafka's names and defaults
+    group_id: str | None = None
+    group_instance_id: str | None = None
+    client_id: str = "hightide-consumer"
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5_000
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 3_000
+    max_poll_interval_ms: int = 300_000
+    partition_assignment_strategy: str = "range,cooperative-sticky"
+
+    @property
+    def strategies(self) -> tuple[str, ...]:
+        """`partition.assignment.strategy` as assignor names, most preferred first."""
+        return tuple(s.strip() for s in self.partition_assignment_strategy.split(",") if s.strip())
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> ConsumerConfig:
         values: dict[str, object] = {}
         for name, text in props.items():
             attribute = name.replace(".", "_")
-            if attribute == "auto_offset_reset":
+            if attribute in _TEXT_CONFIGS:
+                values[attribute] = _text_config(name, text)
+            elif attribute == "enable_auto_commit":
+                if text not in ("true", "false"):
+                    raise ValueError(f"Invalid value {text} for configuration {name}")
+                values[attribute] = text == "true"
+            elif attribute == "auto_offset_reset":
                 if text not in ("earliest", "latest", "none"):
                     raise ValueError(f"Invalid value {text} for configuration {name}")
                 values[attribute] = text
@@ -68,6 +92,27 @@ class ConsumerConfig:
             else:
                 raise ValueError(f"Unknown consumer config name: {name}")
         return cls(**values)  # type: ignore[arg-type]
+
+
+_TEXT_CONFIGS: Final = frozenset({"group_id", "group_instance_id", "client_id", "partition_assignment_strategy"})
+_STRATEGY_ALIASES: Final = {
+    "org.apache.kafka.clients.consumer.RangeAssignor": "range",
+    "org.apache.kafka.clients.consumer.RoundRobinAssignor": "roundrobin",
+    "org.apache.kafka.clients.consumer.StickyAssignor": "sticky",
+    "org.apache.kafka.clients.consumer.CooperativeStickyAssignor": "cooperative-sticky",
+}
+
+
+def _text_config(name: str, text: str) -> str:
+    if name != "partition.assignment.strategy":
+        if not text:
+            raise ValueError(f"Invalid value {text} for configuration {name}")
+        return text
+    names = [_STRATEGY_ALIASES.get(s.strip(), s.strip()) for s in text.split(",") if s.strip()]
+    unknown = [n for n in names if n not in ("range", "roundrobin", "sticky", "cooperative-sticky")]
+    if not names or unknown:
+        raise ValueError(f"Invalid value {text} for configuration {name}")
+    return ",".join(names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +138,40 @@ class Consumer:
         self._buffered: list[ConsumerRecord] = []
         self._fetches: dict[int, asyncio.Task[None]] = {}  # one fetch in flight per leader
         self._fetching: set[tuple[str, int]] = set()  # partitions in those fetches
+        self._group: GroupMember | None = None
+        self.on_event: Callable[[Event], None] | None = None
+        """Where the consumer's own events go (a group member's PartitionsAssigned), if anywhere."""
+
+    def subscribe(self, topics: Sequence[str]) -> None:
+        """Read `topics` as a member of `group.id`: the group decides which partitions, from its committed offsets."""
+        if not self.config.group_id:
+            raise ConsumeFailed("subscribe needs group.id", ErrorCode.INVALID_GROUP_ID)
+        self._group = GroupMember(self, topics)
+
+    @property
+    def group(self) -> GroupMember | None:
+        return self._group
+
+    async def commit(self) -> None:
+        """Commit what `poll` returned so far (Kafka's commitSync)."""
+        if self._group is None:
+            raise ConsumeFailed("commit needs a group (subscribe with group.id)", ErrorCode.INVALID_GROUP_ID)
+        await self._group.commit()
+
+    async def reassign(self, positions: Mapping[tuple[str, int], int]) -> None:
+        """Read exactly these partitions from these offsets: fetches in flight and records not yet returned are
+        dropped (the group moved partitions)."""
+        await self._cancel_fetches()
+        self._buffered.clear()
+        self.positions = dict(positions)
 
     async def close(self) -> None:
+        """Leave the group (committing first when auto-commit is on), cancel the fetches in flight."""
+        if self._group is not None:
+            await self._group.close()
+        await self._cancel_fetches()
+
+    async def _cancel_fetches(self) -> None:
         """Cancel the fetches in flight (records they would bring are not taken)."""
         for task in self._fetches.values():
             task.cancel()
@@ -156,14 +233,17 @@ class Consumer:
     async def _refresh(self, topic: str) -> None:
         await self.conn.refresh((topic,), max_age_s=self.config.retry_backoff_ms / 1000)
 
-    async def poll(self) -> list[ConsumerRecord]:
-        """The next records (up to max.poll.records), waiting at most fetch.max.wait.ms for some."""
+    async def poll(self, max_records: int | None = None) -> list[ConsumerRecord]:
+        """The next records (up to max.poll.records, and `max_records`), waiting at most fetch.max.wait.ms for
+        some. In a group, it first takes part in the group (joins, heartbeats, auto-commits)."""
+        if self._group is not None:
+            await self._group.before_poll()
         if not self._buffered:
             await self._fetch_all()
-        records, self._buffered = (
-            self._buffered[: self.config.max_poll_records],
-            self._buffered[self.config.max_poll_records :],
-        )
+        count = self.config.max_poll_records if max_records is None else min(max_records, self.config.max_poll_records)
+        records, self._buffered = self._buffered[:count], self._buffered[count:]
+        if self._group is not None:
+            self._group.took(records)
         return records
 
     async def _fetch_all(self) -> None:

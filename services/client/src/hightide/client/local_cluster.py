@@ -124,6 +124,8 @@ class ClusterState:
     canary: int | None = None  # issue 13: `cluster up --canary`
     canary_http_port: int | None = None
 
+    kafka_listeners: dict[str, str] = field(default_factory=dict)  # broker id -> host:port (issue 15)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "nats_url": self.nats_url,
@@ -135,6 +137,7 @@ class ClusterState:
             "config": self.config,
             "canary": self.canary,
             "canary_http_port": self.canary_http_port,
+            "kafka_listeners": self.kafka_listeners,
         }
 
 
@@ -163,6 +166,7 @@ class LocalCluster:
             archiver=None if body.get("archiver") is None else int(body["archiver"]),
             canary=None if body.get("canary") is None else int(body["canary"]),
             canary_http_port=None if body.get("canary_http_port") is None else int(body["canary_http_port"]),
+            kafka_listeners={k: str(v) for k, v in body.get("kafka_listeners", {}).items()},
         )
 
     def write_state(self, state: ClusterState) -> None:
@@ -254,7 +258,12 @@ class LocalCluster:
         if running is not None and pid_alive(running):
             raise ClusterError(f"broker {broker_id} is already running (pid {running})")
         data = self.data_dir / f"broker-{broker_id}"
-        own = [arg for item in config for arg in ("--config", item)]
+        listener = state.kafka_listeners.get(str(broker_id))
+        if listener is None:  # a Kafka listener on 127.0.0.1, the same port across restarts (issue 15)
+            listener = f"127.0.0.1:{free_port()}"
+            state.kafka_listeners[str(broker_id)] = listener
+        own = ["--config", f"listeners=PLAINTEXT://{listener}"]
+        own += [arg for item in config for arg in ("--config", item)]
         pid = self._spawn(
             f"broker-{broker_id}",
             ["-m", "hightide.broker", "--id", str(broker_id), "--data-dir", str(data), *self._common(state), *own],

@@ -320,7 +320,11 @@ class ControllerService:
         request = wire.decode(wire.BrokerRegistrationRequest, msg.data)
         assert self.control is not None
         result = self.control.register_broker(
-            request.broker_id, request.incarnation_id, request.previous_broker_epoch, _now_ms()
+            request.broker_id,
+            request.incarnation_id,
+            request.previous_broker_epoch,
+            _now_ms(),
+            kafka_listener=request.kafka_listener,
         )
         answer = await self._commit(result)
         return wire.BrokerRegistrationResponse(

@@ -73,8 +73,10 @@ def with_order(raw: DataFrame) -> DataFrame:
     keeps the first it sees."""
     key = Window.partitionBy(*EVENT_KEY)
     content = F.struct(*EVENT_CONTENT)
+    # Every window below is within one emitter: shuffled once by emitter, they all reuse that partitioning.
     unique = (
-        raw.withColumn("clashing", F.min(content).over(key) != F.max(content).over(key))
+        raw.repartition(*EMITTER)
+        .withColumn("clashing", F.min(content).over(key) != F.max(content).over(key))
         .withColumn("_copy", F.row_number().over(key.orderBy("stream_sequence", *EVENT_CONTENT)))
         .where(F.col("_copy") == 1)
         .drop("_copy")

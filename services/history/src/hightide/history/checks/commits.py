@@ -87,14 +87,24 @@ def replica_stream(lake: DataFrame) -> DataFrame:
         F.coalesce(F.last("leader", True).over(upto), F.lit(False)).alias("leader_t"),
         F.coalesce(F.last("known", True).over(upto), F.lit(-1)).alias("known_t"),
         F.coalesce(F.last("leo", True).over(before), F.lit(0)).alias("leo_before"),
+        F.max(
+            F.when(F.col("kind") == "opened", F.array_max(F.transform("entries", lambda e: e[1]))).otherwise(
+                F.when(F.col("kind") == "epoch", F.col("lo"))
+            )
+        )
+        .over(before)
+        .alias("max_start_before"),
         F.lead("kind").over(ordered).alias("next_kind"),
         F.lead("lso").over(ordered).alias("next_lso"),
     )
 
 
 def entry_lives(stream: DataFrame) -> DataFrame:
-    """Every leader epoch entry (epoch, start) of every replica with the position that added it and the position of
-    the first later event that cut at or below its start (`killed`, null: never)."""
+    """Every leader epoch entry (epoch x, start s) of every replica with the position that added it and the position
+    of the first later event that cut at or below its start (`killed`, null: never).
+
+    Only a cut at or below the highest start added before it can cut anything, so the cuts are first narrowed to
+    those (few: truncations, restarts, an epoch starting where the last one did) before the range join."""
     opened = (
         stream.where(F.col("kind") == "opened")
         .select(*KEY, "position", F.explode("entries").alias("entry"))
@@ -103,7 +113,7 @@ def entry_lives(stream: DataFrame) -> DataFrame:
     started = stream.where(F.col("kind") == "epoch").select(*KEY, "position", F.col("epoch").alias("x"),
                                                              F.col("lo").alias("s"))  # fmt: skip
     added = opened.unionByName(started)
-    cuts = stream.where(F.col("cut").isNotNull()).select(
+    cuts = stream.where(F.col("cut").isNotNull() & (F.col("cut") <= F.col("max_start_before"))).select(
         F.col("topic").alias("_t"), F.col("partition").alias("_p"), F.col("replica").alias("_r"),
         F.col("position").alias("q"), "cut",
     )  # fmt: skip
@@ -118,24 +128,91 @@ def entry_lives(stream: DataFrame) -> DataFrame:
     return joined.groupBy(*KEY, "position", "x", "s").agg(F.min("q").alias("killed"))
 
 
-def runs_of(queries: DataFrame, entries: DataFrame, id_columns: Sequence[str], *, before: bool = False) -> DataFrame:
+# Where a row sorts among the entry changes at its position: a query of the log before the event first, then the
+# event's cuts, its additions (by start), and a query of the log after the event.
+_BEFORE, _KILL, _ADD, _AFTER = -1, 0, 1, 2
+# How many entries below the top a range query reads before it falls back to reading the whole log.
+_NEAR_TOP: Final = 8
+
+
+def entry_depths(lives: DataFrame) -> DataFrame:
+    """The entries' additions and cuts as rows (KEY, pos, phase, s, x, delta) with `depth`, the number of live
+    entries after the row. The live entries are always a stack ordered by start (an addition first cuts every entry
+    at or above its start; a cut removes a top part), so the entry at depth d at any moment is the last one added at
+    depth d before it: that is how a query finds a replica's entries without a range join."""
+    adds = lives.select(*KEY, F.col("position").alias("pos"), F.lit(_ADD).alias("phase"), "s", "x",
+                        F.lit(1).alias("delta"))  # fmt: skip
+    kills = lives.where(F.col("killed").isNotNull()).select(
+        *KEY, F.col("killed").alias("pos"), F.lit(_KILL).alias("phase"), F.lit(None).cast("bigint").alias("s"),
+        F.lit(None).cast("bigint").alias("x"), F.lit(-1).alias("delta"),
+    )  # fmt: skip
+    upto = Window.partitionBy(*KEY).orderBy("pos", "phase", "s").rowsBetween(Window.unboundedPreceding, 0)
+    return adds.unionByName(kills).withColumn("depth", F.sum("delta").over(upto))
+
+
+def runs_of(queries: DataFrame, depths: DataFrame, id_columns: Sequence[str], *, before: bool = False) -> DataFrame:
     """The runs (run_start, run_end, x) of each query's replica log within [lo, hi), at the query's position `t`
-    (after its event; `before`: just before it). A query is one row per `id_columns` with KEY, t, lo and hi."""
-    e = entries.withColumnRenamed("position", "added")
-    alive = (
-        (F.col("added") < F.col("t")) & (F.col("killed").isNull() | (F.col("killed") >= F.col("t")))
-        if before
-        else (F.col("added") <= F.col("t")) & (F.col("killed").isNull() | (F.col("killed") > F.col("t")))
+    (after its event; `before`: just before it). A query is one row per `id_columns` with KEY, t, lo and hi;
+    `depths` is `entry_depths` of the replicas' entries.
+
+    A query reads its replica's live entries by depth (see `entry_depths`): first the top one, which holds the
+    whole range when it starts at or below `lo` (nearly every high watermark advance and acknowledgement); then the
+    few below the top; only a query reaching deeper (an election reads its whole log) reads them all."""
+    c = F.col
+    phase = _BEFORE if before else _AFTER
+    marked = queries.select("*", c("t").alias("pos"), F.lit(phase).alias("phase"), F.lit(0).alias("delta"))
+    changes = depths.select(*KEY, "pos", "phase", "s", "delta")
+    upto = Window.partitionBy(*KEY).orderBy("pos", "phase", "s").rowsBetween(Window.unboundedPreceding, 0)
+    counted = (
+        marked.unionByName(changes, allowMissingColumns=True)
+        .withColumn("_depth", F.coalesce(F.sum("delta").over(upto), F.lit(0)))
+        .where(c("phase") == phase)
+        .drop("delta", "s")
     )
-    joined = queries.join(e, [*KEY]).where(alive)
+    top = _entries_at(counted.withColumn("_d", c("_depth")), depths)
+    resolved = (c("s") <= c("lo")) | (c("_depth") <= 1)
+    near = counted.join(top.where(~resolved).select(*id_columns), [*id_columns], "left_semi")
+    near_rows = _entries_at(
+        near.withColumn("_d", F.explode(F.sequence(F.greatest(F.lit(1), c("_depth") - (_NEAR_TOP - 1)), c("_depth")))),
+        depths,
+    )
+    deepest = Window.partitionBy(*id_columns)
+    near_rows = near_rows.withColumn("_floor", F.min(F.struct("_d", "s")).over(deepest))
+    near_resolved = (c("_floor.s") <= c("lo")) | (c("_floor._d") <= 1)
+    far = counted.join(near_rows.where(~near_resolved).select(*id_columns).distinct(), [*id_columns], "left_semi")
+    far_rows = _entries_at(far.withColumn("_d", F.explode(F.sequence(F.lit(1), c("_depth")))), depths)
+    joined = (
+        top.where(resolved)
+        .unionByName(near_rows.where(near_resolved).drop("_floor"))
+        .unionByName(far_rows)
+        .drop("_d", "_depth", "pos", "phase")
+    )
     window = Window.partitionBy(*id_columns).orderBy("s")
     bounded = joined.select("*", F.lead("s").over(window).alias("next_s"))
     runs = bounded.select(
-        *[name for name in bounded.columns if name not in ("added", "killed", "next_s", "s")],
+        *[name for name in bounded.columns if name not in ("next_s", "s")],
         F.greatest("s", "lo").alias("run_start"),
         F.least(F.coalesce("next_s", "hi"), F.col("hi")).alias("run_end"),
     )
     return runs.where(F.col("run_start") < F.col("run_end"))
+
+
+def _entries_at(wanted: DataFrame, depths: DataFrame) -> DataFrame:
+    """Each row of `wanted` (KEY, pos, phase, a depth `_d`) with the (s, x) of the entry live at that depth at that
+    moment: the last one added at depth `_d` before the row in (pos, phase) order. Rows at depth 0 are dropped."""
+    c = F.col
+    adds = depths.where(c("phase") == _ADD).select(*KEY, "pos", "phase", c("depth").alias("_d"),
+                                                   F.struct("s", "x").alias("_entry"))  # fmt: skip
+    key = Window.partitionBy(*KEY, "_d").orderBy("pos", "phase", "_order").rowsBetween(Window.unboundedPreceding, 0)
+    ordered = (
+        wanted.where(c("_d") >= 1)
+        .withColumn("_order", F.lit(1))
+        .unionByName(adds.withColumn("_order", F.lit(0)), allowMissingColumns=True)
+    )
+    found = ordered.withColumn("_found", F.last("_entry", True).over(key)).where(c("_order") == 1)
+    return found.select(*[name for name in wanted.columns], c("_found.s").alias("s"), c("_found.x").alias("x")).drop(
+        "_order", "_entry"
+    )
 
 
 def _folded(lake: DataFrame, min_insync_replicas: int) -> Folded:
@@ -153,14 +230,14 @@ class Folded:
         c = F.col
         # Checkpointed (materialised, lineage cut): every check plans against these small frames, not the fold.
         stream = replica_stream(lake).localCheckpoint()
-        entries = entry_lives(stream).localCheckpoint()
+        entries = entry_depths(entry_lives(stream)).localCheckpoint()
         hw = stream.where(c("kind") == "hw")
         clip = F.when(~c("leader_t") & (c("next_kind") == "log_start"), F.greatest("lso_t", "next_lso")).otherwise(
             c("lso_t")
         )
         hw_queries = hw.select(*KEY, "event_id", c("position").alias("t"), F.greatest("lo", clip).alias("lo"), "hi",
                                "epoch", "leader_t")  # fmt: skip
-        hw_runs = runs_of(hw_queries, entries, ["event_id"])
+        hw_runs = runs_of(hw_queries, entries, ["event_id"]).localCheckpoint()  # read by two frames below
         self.commits = (
             hw_runs.where(c("leader_t"))
             .select(*TP, "run_start", "run_end", "x", c("epoch").alias("commit_epoch"), "event_id")
@@ -195,6 +272,11 @@ class Folded:
             ends.select(*KEY, (c("position") + 1).alias("t"), F.col("lso_t").alias("lo"), F.col("leo_t").alias("hi")),
             entries, list(KEY),
         ).select(*KEY, "run_start", "run_end", "x")  # fmt: skip
+        self.bucket_widths = bucket_widths(_commits(self)).localCheckpoint()
+        widths = self.bucket_widths.withColumnRenamed("topic", "ct").withColumnRenamed("partition", "cp")
+        self.commit_buckets = _buckets(_commits(self).join(F.broadcast(widths), ["ct", "cp"]), "c_start", "c_end",
+                                       "_cb").drop("_w").localCheckpoint()  # fmt: skip
+        self.commit_islands = _islands(_commits(self)).localCheckpoint()
         self.leaders = (
             became.groupBy(*TP)
             .agg(F.max(F.struct("epoch", "replica")).alias("_m"))
@@ -323,11 +405,34 @@ def _commits(folded: Folded) -> DataFrame:
 
 
 def _hits(runs: DataFrame, folded: Folded, condition: Column) -> DataFrame:
-    """`runs` joined with the commits of their partition that meet `condition` and overlap them (olo, ohi)."""
+    """`runs` joined with the commits of their partition that meet `condition` and overlap them (olo, ohi).
+
+    An equi-join on (partition, offset bucket): both sides are spread over the buckets their ranges touch (see
+    `bucket_widths`), and a pair is kept only in the bucket where its overlap starts, so it is kept once."""
     c = F.col
     lo, hi = F.greatest("run_start", "c_start"), F.least("run_end", "c_end")
-    joined = runs.join(_commits(folded), (c("topic") == c("ct")) & (c("partition") == c("cp")) & condition)
-    return joined.where(lo < hi).select("*", lo.alias("olo"), hi.alias("ohi"))
+    spread = _buckets(runs.join(F.broadcast(folded.bucket_widths), [*TP]), "run_start", "run_end")
+    joined = spread.join(
+        folded.commit_buckets,
+        (c("topic") == c("ct")) & (c("partition") == c("cp")) & (c("_b") == c("_cb")) & condition
+        & (c("_b") == F.floor(lo / c("_w"))),
+    )  # fmt: skip
+    return joined.where(lo < hi).drop("_b", "_cb", "_w").select("*", lo.alias("olo"), hi.alias("ohi"))
+
+
+def bucket_widths(commits: DataFrame) -> DataFrame:
+    """Per partition (topic, partition, _w): the width of its offset buckets, the power of two nearest the mean length
+    of its commits, so a bucket holds a few commits and a typical range touches one or two buckets."""
+    mean = F.avg(F.col("c_end") - F.col("c_start"))
+    width = F.pow(F.lit(2), F.round(F.log2(F.greatest(mean, F.lit(1.0))))).cast("bigint")
+    return commits.groupBy(F.col("ct").alias("topic"), F.col("cp").alias("partition")).agg(width.alias("_w"))
+
+
+def _buckets(frame: DataFrame, start: str, end: str, name: str = "_b") -> DataFrame:
+    """Each row (with its partition's bucket width `_w`) once per offset bucket its range [start, end) touches (an
+    empty range touches none)."""
+    first, last = F.floor(F.col(start) / F.col("_w")), F.floor((F.col(end) - 1) / F.col("_w"))
+    return frame.where(F.col(start) < F.col(end)).withColumn(name, F.explode(F.sequence(first, last)))
 
 
 def _follower_mismatches(folded: Folded) -> DataFrame:
@@ -384,17 +489,27 @@ def _missing(wanted: DataFrame, held: DataFrame, keys: Sequence[str]) -> DataFra
 
 
 def leader_completeness(lake: DataFrame, min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS) -> DataFrame:
-    """C3 LeaderCompletenessProperty: see `hightide.audit.checks.commits.leader_completeness`."""
+    """C3 LeaderCompletenessProperty: see `hightide.audit.checks.commits.leader_completeness`.
+
+    What an election misses is found against the commits' islands (each the union of one leader's contiguous commits
+    of one epoch's records); only the elections that miss something are joined with the commits themselves, to name
+    the ones involved."""
     folded = _folded(lake, min_insync_replicas)
     c = F.col
     wanted = folded.elections.join(
-        _commits(folded), (c("topic") == c("ct")) & (c("partition") == c("cp")) & (c("commit_epoch") < c("epoch"))
+        folded.commit_islands, (c("topic") == c("ct")) & (c("partition") == c("cp")) & (c("commit_epoch") < c("epoch"))
     ).select(*KEY, "event_id", "epoch", F.greatest("c_start", "log_start").alias("w0"), c("c_end").alias("w1"),
-             c("cx").alias("x"), "cid")  # fmt: skip
+             c("cx").alias("x"))  # fmt: skip
     held = folded.election_runs.select("event_id", "x", c("run_start").alias("h0"), c("run_end").alias("h1"))
-    missing = _missing(wanted, held, ["event_id"])
+    missing = _missing(wanted, held, ["event_id"]).select(*KEY, "event_id", "epoch", "x", "m0", "m1")
+    named = missing.join(
+        _commits(folded),
+        (c("topic") == c("ct")) & (c("partition") == c("cp")) & (c("cx") == c("x")) & (c("commit_epoch") < c("epoch"))
+        & _overlaps(c("m0"), c("m1"), c("c_start"), c("c_end")),
+        "left",
+    )  # fmt: skip
     grouped = (
-        missing.groupBy(*KEY, "event_id", "epoch")
+        named.groupBy(*KEY, "event_id", "epoch")
         .agg(F.min("m0").alias("lo"), F.max("m1").alias("hi"), F.collect_list("cid").alias("ids"))
         .withColumn("at", c("epoch"))
     )
@@ -406,6 +521,21 @@ def leader_completeness(lake: DataFrame, min_insync_replicas: int = KAFKA_MIN_IN
         detail=F.format_string("broker %d became leader in epoch %d without committed offsets %d..%d",
                                c("replica"), c("epoch"), c("lo"), c("hi") - 1),
     )  # fmt: skip
+
+
+def _islands(commits: DataFrame) -> DataFrame:
+    """The commits (as `_commits` names them) merged into maximal contiguous ranges per partition, records' epoch
+    and committing epoch: (ct, cp, cx, commit_epoch, c_start, c_end)."""
+    c = F.col
+    ordered = Window.partitionBy("ct", "cp", "cx", "commit_epoch").orderBy("c_start", "c_end")
+    reach = F.max("c_end").over(ordered.rowsBetween(Window.unboundedPreceding, -1))
+    starts = commits.withColumn("_new", F.when(reach.isNull() | (c("c_start") > reach), 1).otherwise(0))
+    numbered = starts.withColumn("_i", F.sum("_new").over(ordered.rowsBetween(Window.unboundedPreceding, 0)))
+    return (
+        numbered.groupBy("ct", "cp", "cx", "commit_epoch", "_i")
+        .agg(F.min("c_start").alias("c_start"), F.max("c_end").alias("c_end"))
+        .drop("_i")
+    )
 
 
 def _lost(folded: Folded, acks: int, invariant: str) -> DataFrame:

@@ -9,6 +9,7 @@ topic's min.insync.replicas at that point.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Final
 
@@ -54,7 +55,18 @@ _BROKER_EVENT: Final = T.StructType(
 
 def metadata_order(lake_events: DataFrame) -> DataFrame:
     """The committed metadata events of `TERM_EVENTS` with `event_id`, `type`, `payload`, `topic`, the `ORDER`
-    columns, `life` and `min_isr` (null when the history cannot tell)."""
+    columns, `life` and `min_isr` (null when the history cannot tell). Computed once per lake DataFrame and
+    checkpointed (the checks of this group all start from it; it is small, the controllers' decisions only)."""
+    held = _ORDERS.get(lake_events)
+    if held is None:
+        held = _ORDERS[lake_events] = _metadata_order(lake_events).localCheckpoint()
+    return held
+
+
+_ORDERS: weakref.WeakKeyDictionary[DataFrame, DataFrame] = weakref.WeakKeyDictionary()
+
+
+def _metadata_order(lake_events: DataFrame) -> DataFrame:
     names = [cls.TYPE for cls in TERM_EVENTS]
     rows = lake_events.where(F.col("type").isin(*names, events.ControllerElected.TYPE)).select(
         "event_id",

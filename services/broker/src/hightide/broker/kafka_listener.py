@@ -1,0 +1,305 @@
+"""The broker's Kafka wire-protocol listener: Kafka clients' second front door to the same replica manager.
+
+Room: services/broker (wiring; issue 15). This module owns the TCP side only: `listeners` and
+`advertised.listeners` (Kafka's names; PLAINTEXT only in this slice), reading 4-byte-size frames (a size over
+`socket.request.max.bytes` or negative closes the connection, as Kafka's `NetworkReceive`), one request at a time
+per connection in order (Kafka mutes a connection until its answer is sent), and writing answers. What a request
+means is `hightide.protocol.kafka` (the codec and the translation to internal requests); what it does is the
+`BrokerService`'s: Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch and Metadata go through the service's one
+driving task to the replica manager, exactly as the NATS requests do (so they emit the same events); CreateTopics,
+DeleteTopics, InitProducerId and DescribeCluster go to the active controller over NATS, as Hightide's own Admin
+and Producer send them. A request Kafka would refuse (`UnservedRequest`) closes its connection without an answer,
+logged; every other connection keeps being served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from pydantic import ValidationError
+
+from hightide.core import topic_configs
+from hightide.protocol import kafka, wire
+from hightide.protocol.errors import ErrorCode
+from hightide.protocol.subjects import BrokerApi, ControllerApi
+from hightide.runtime.config import ConfigError
+from hightide.runtime.rpc import RequestFailed
+
+if TYPE_CHECKING:
+    from hightide.broker.service import BrokerService
+
+PLAINTEXT: Final = "PLAINTEXT"
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerConfig:
+    host: str
+    port: int
+    advertised_host: str
+    advertised_port: int  # 0: the port bound
+    socket_request_max_bytes: int = kafka.SOCKET_REQUEST_MAX_BYTES_DEFAULT
+
+
+def _endpoint(name: str, value: str) -> tuple[str, int]:
+    protocol, sep, rest = value.partition("://")
+    if not sep or ":" not in rest:
+        raise ConfigError(f"Invalid value {value} for configuration {name}: expected PLAINTEXT://host:port")
+    if protocol.upper() != PLAINTEXT:
+        raise ConfigError(f"Invalid value {value} for configuration {name}: only PLAINTEXT listeners are served")
+    host, _, port = rest.rpartition(":")
+    if not port.isdigit() or int(port) > 65_535:
+        raise ConfigError(f"Invalid value {value} for configuration {name}: bad port")
+    return host.strip("[]"), int(port)
+
+
+def listener_config(props: dict[str, str], socket_request_max_bytes: int) -> ListenerConfig | None:
+    """The Kafka listener from `listeners` / `advertised.listeners` (None when `listeners` is not set: a broker
+    without a Kafka listener). One PLAINTEXT listener in this slice."""
+    listeners = props.get("listeners", "").strip()
+    if not listeners:
+        return None
+    if "," in listeners:
+        raise ConfigError(f"Invalid value {listeners} for configuration listeners: one listener is served")
+    host, port = _endpoint("listeners", listeners)
+    advertised = props.get("advertised.listeners", "").strip()
+    adv_host, adv_port = _endpoint("advertised.listeners", advertised) if advertised else (host, 0)
+    if not adv_host or adv_host == "0.0.0.0":
+        raise ConfigError("advertised.listeners must name a host clients can reach")
+    return ListenerConfig(host, port, adv_host, adv_port, socket_request_max_bytes)
+
+
+class KafkaListener:
+    def __init__(self, config: ListenerConfig, service: BrokerService) -> None:
+        self.config = config
+        self.service = service
+        self.log = service.log
+        self.server: asyncio.Server | None = None
+        self.port = config.port
+        self._connections: set[asyncio.Task[None]] = set()
+        self._versions_seen: set[tuple[int, int]] = set()  # each (api key, version) is logged once: what clients use
+
+    @property
+    def advertised(self) -> str:
+        return f"{self.config.advertised_host}:{self.config.advertised_port or self.port}"
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._connection, self.config.host, self.config.port)
+        self.port = self.server.sockets[0].getsockname()[1]
+        self.service.log.info("kafka_listener_started", listener=f"{self.config.host}:{self.port}")
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self.server is not None:
+            with contextlib.suppress(Exception):
+                await self.server.wait_closed()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        try:
+            while True:
+                try:
+                    prefix = await reader.readexactly(4)
+                    size = kafka.frame_size(prefix, self.config.socket_request_max_bytes)
+                    frame = await reader.readexactly(size)
+                except asyncio.IncompleteReadError:
+                    return  # the client closed (a frame cut short is simply never served, as in Kafka)
+                except kafka.FrameTooLarge as error:
+                    self.log.warning("kafka_frame_refused", peer=str(peer), error=str(error))
+                    return
+                try:
+                    request = kafka.parse_request(frame)
+                except kafka.UnservedRequest as error:
+                    self.log.warning(
+                        "kafka_request_refused", peer=str(peer), error=str(error)[:512], head=frame[:64].hex()
+                    )
+                    return
+                if (request.api_key, request.api_version) not in self._versions_seen:
+                    self._versions_seen.add((request.api_key, request.api_version))
+                    self.log.info(
+                        "kafka_api_version_first_served",
+                        api_key=request.api_key,
+                        api_version=request.api_version,
+                        client_id=(request.client_id or "")[:64],
+                    )
+                body = await self._answer(request)
+                if body is None:
+                    continue  # Produce with acks=0: Kafka sends no answer
+                writer.write(kafka.encode_response(request, body))
+                await writer.drain()
+        except (ConnectionError, OSError):
+            return
+        except Exception as error:  # a defect in a translation: this connection closes, the broker serves on
+            self.log.error("kafka_request_failed", peer=str(peer), error=repr(error)[:512])
+            return
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _answer(self, request: kafka.Request) -> Any:
+        key = request.api_key
+        try:
+            if key == kafka.API_VERSIONS:
+                return kafka.api_versions_response(request)
+            if key == kafka.PRODUCE:
+                produce = kafka.produce_request(request.body)
+                answer = await self.service.kafka_request(BrokerApi.PRODUCE, produce)
+                if produce.acks == 0:
+                    return None
+                return kafka.produce_response(request, answer)
+            if key == kafka.FETCH:
+                fetch = kafka.fetch_request(request.body)
+                fetched = None if fetch is None else await self.service.kafka_request(BrokerApi.FETCH, fetch)
+                return kafka.fetch_response(request, fetched)
+            if key == kafka.LIST_OFFSETS:
+                listed = await self.service.kafka_request(
+                    BrokerApi.LIST_OFFSETS, kafka.list_offsets_request(request.body)
+                )
+                return kafka.list_offsets_response(request, listed)
+            if key == kafka.OFFSET_FOR_LEADER_EPOCH:
+                epochs = await self.service.kafka_request(
+                    BrokerApi.OFFSETS_FOR_LEADER_EPOCH, kafka.offsets_for_leader_epoch_request(request.body)
+                )
+                return kafka.offsets_for_leader_epoch_response(request, epochs)
+            if key == kafka.METADATA:
+                metadata = await self.service.kafka_request(BrokerApi.METADATA, kafka.metadata_request(request.body))
+                if not self.service.manager.ready:
+                    # Not caught up with the metadata log (it just started): a live topic may look unknown, so
+                    # every topic is LEADER_NOT_AVAILABLE (retriable), as NATS clients are not answered at all.
+                    metadata = metadata.model_copy(
+                        update={
+                            "topics": tuple(
+                                t.model_copy(update={"error": int(ErrorCode.LEADER_NOT_AVAILABLE), "partitions": ()})
+                                for t in metadata.topics
+                            )
+                        }
+                    )
+                return kafka.metadata_response(
+                    request, metadata, self.service.settings.cluster_id, controller_id=self.service.id
+                )
+            if key == kafka.INIT_PRODUCER_ID:
+                if request.body.transactional_id is not None:
+                    # No transactions in Hightide: Kafka's answer to a transactional id the broker will not serve.
+                    refused = wire.InitProducerIdResponse(error=kafka.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                    return kafka.init_producer_id_response(request, refused)
+                ids = await self._controller(
+                    ControllerApi.INIT_PRODUCER_ID, wire.InitProducerIdRequest(), wire.InitProducerIdResponse
+                )
+                return kafka.init_producer_id_response(request, ids)
+            if key == kafka.CREATE_TOPICS:
+                if request.body.validate_only:
+                    return kafka.error_response(
+                        request, ErrorCode.INVALID_REQUEST, "validate_only is not supported by Hightide"
+                    )
+                created = await self._controller(
+                    ControllerApi.CREATE_TOPICS,
+                    kafka.create_topics_request(request.body),
+                    wire.CreateTopicsResponse,
+                    # The client's timeout, but never shorter than the broker's own wait for the controller: a
+                    # timeout of 0 (do not wait) must not turn a creation under way into REQUEST_TIMED_OUT.
+                    timeout_ms=max(
+                        int(request.body.timeout.total_seconds() * 1000),
+                        self.service.settings.controller_request_timeout_ms,
+                    ),
+                )
+                return kafka.create_topics_response(request, created)
+            if key == kafka.DELETE_TOPICS:
+                deleted = await self._controller(
+                    ControllerApi.DELETE_TOPICS, kafka.delete_topics_request(request.body), wire.DeleteTopicsResponse
+                )
+                return kafka.delete_topics_response(request, deleted)
+            if key == kafka.DESCRIBE_CLUSTER:
+                described = await self._controller(
+                    ControllerApi.DESCRIBE_CLUSTER, wire.DescribeClusterRequest(), wire.DescribeClusterResponse
+                )
+                return kafka.describe_cluster_response(request, described, controller_id=self.service.id)
+            if key == kafka.CREATE_PARTITIONS:
+                return await self._create_partitions(request)
+            if key == kafka.ELECT_LEADERS:
+                elected = await self._controller(
+                    ControllerApi.ELECT_LEADERS, kafka.elect_leaders_request(request.body), wire.ElectLeadersResponse
+                )
+                return kafka.elect_leaders_response(request, elected)
+            if key == kafka.DESCRIBE_CONFIGS:
+                return await self._describe_configs(request)
+        except ValidationError as error:
+            # A request Kafka's schema allows and Hightide's bounds refuse (an empty batch, a bad topic name).
+            message = str(error.errors()[0].get("msg", "invalid request"))[:256]
+            return kafka.error_response(request, ErrorCode.INVALID_REQUEST, message)
+        except RequestFailed as error:
+            return kafka.error_response(request, error.error_code, str(error))
+        raise AssertionError(f"a served API without a handler: {key}")
+
+    async def _controller(
+        self, api: ControllerApi, body: wire.Wire, kind: type[Any], timeout_ms: int | None = None
+    ) -> Any:
+        return await self.service._controller(api, body, kind, timeout_ms)
+
+    async def _create_partitions(self, request: kafka.Request) -> Any:
+        if request.body.validate_only:
+            return kafka.error_response(
+                request, ErrorCode.INVALID_REQUEST, "validate_only is not supported by Hightide"
+            )
+        results: list[tuple[str, int, str]] = []
+        for one in kafka.create_partitions_requests(request.body):
+            try:
+                answer = await self._controller(ControllerApi.CREATE_PARTITIONS, one, wire.CreatePartitionsResponse)
+                results.append((one.topic, answer.error, answer.message))
+            except RequestFailed as error:
+                results.append((one.topic, int(error.error_code), str(error)))
+        return kafka.create_partitions_response(request, results)
+
+    async def _describe_configs(self, request: kafka.Request) -> Any:
+        """Topic resources from this broker's metadata image: each topic config, its override (a dynamic topic
+        config), else this broker's setting (static broker config), else Kafka's default."""
+        answers: list[kafka.ResourceAnswer] = []
+        for resource in request.body.resources:
+            kind, name = int(resource.resource_type), resource.resource_name
+            if kind != kafka.TOPIC_RESOURCE:
+                message = "only topic configs are described by Hightide's Kafka listener"
+                answers.append((kind, name, int(ErrorCode.INVALID_REQUEST), message, []))
+                continue
+            try:
+                metadata = await self.service.kafka_request(BrokerApi.METADATA, wire.MetadataRequest(topics=(name,)))
+            except ValidationError:
+                answers.append((kind, name, int(ErrorCode.INVALID_TOPIC_EXCEPTION), "invalid topic name", []))
+                continue
+            topic = metadata.topics[0]
+            if topic.error:
+                answers.append((kind, name, topic.error, "", []))
+                continue
+            wanted = None if resource.configuration_keys is None else set(resource.configuration_keys)
+            answers.append((kind, name, 0, "", self._topic_configs(topic.configs, wanted)))
+        return kafka.describe_configs_response(request, answers)
+
+    def _topic_configs(self, overrides: dict[str, str], wanted: set[str] | None) -> list[kafka.ConfigRow]:
+        rows: list[kafka.ConfigRow] = []
+        broker = self.service.settings.log_defaults
+        for config, default in sorted(topic_configs.defaults().items()):
+            if wanted is not None and config not in wanted:
+                continue
+            if config in overrides:
+                rows.append((config, overrides[config], kafka.CONFIG_SOURCE_DYNAMIC_TOPIC))
+            elif config in broker:
+                rows.append((config, broker[config], kafka.CONFIG_SOURCE_STATIC_BROKER))
+            else:
+                rows.append((config, _config_text(default), kafka.CONFIG_SOURCE_DEFAULT))
+        return rows
+
+
+def _config_text(value: topic_configs.ConfigValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value)

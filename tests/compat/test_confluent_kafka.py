@@ -1,0 +1,111 @@
+"""confluent-kafka (librdkafka, from PyPI, unchanged) against a local Hightide cluster's Kafka listeners: its
+AdminClient creates, describes and deletes topics; an idempotent acks=all producer's records are all acknowledged
+once, densely, and read back by a consumer that assigns its partitions (no group).
+
+Method: the `cluster` fixture (conftest) starts real processes; waits are the client's own timeouts or polled
+conditions with deadlines.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic, ResourceType
+
+from hightide.client.local_cluster import LocalCluster
+from support.cluster_cli import describe, wait_for
+
+pytestmark = pytest.mark.slow
+
+RECORDS = 500
+
+
+def test_admin_client_topics(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic("ck-admin", num_partitions=2, replication_factor=3)])
+    assert futures["ck-admin"].result(timeout=30) is None
+    again = admin.create_topics([NewTopic("ck-admin", num_partitions=2, replication_factor=3)])
+    with pytest.raises(Exception) as refused:
+        again["ck-admin"].result(timeout=30)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+    metadata = admin.list_topics(timeout=15)
+    assert sorted(metadata.brokers) == [1, 2, 3]
+    assert sorted(metadata.topics["ck-admin"].partitions) == [0, 1]
+    assert admin.delete_topics(["ck-admin"])["ck-admin"].result(timeout=30) is None
+    wait_for(lambda: "ck-admin" not in admin.list_topics(timeout=15).topics, 30, "the topic gone")
+
+
+def test_idempotent_acks_all_then_assigned_consume(cluster: LocalCluster, bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = NewTopic("ck-data", num_partitions=3, replication_factor=3, config={"min.insync.replicas": "2"})
+    assert admin.create_topics([topic])["ck-data"].result(timeout=30) is None
+    wait_for(lambda: all(p["Isr"].count(",") == 2 for p in describe(cluster, "ck-data")), 30, "a full ISR")
+
+    acked: list[tuple[int, int]] = []
+    failed: list[KafkaError] = []
+
+    def on_delivery(error: KafkaError | None, message: object) -> None:
+        if error is not None:
+            failed.append(error)
+        else:
+            acked.append((message.partition(), message.offset()))  # type: ignore[attr-defined]
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
+    for i in range(RECORDS):
+        producer.produce("ck-data", key=b"k%d" % i, value=b"v%d" % i, on_delivery=on_delivery)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert failed == []
+    assert len(acked) == RECORDS
+    for partition in range(3):
+        offsets = sorted(o for p, o in acked if p == partition)
+        assert offsets == list(range(len(offsets)))  # dense from 0: nothing lost, nothing written twice
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.assign([TopicPartition("ck-data", p, 0) for p in range(3)])
+        seen: list[tuple[bytes, bytes]] = []
+        deadline = time.monotonic() + 60
+        while len(seen) < RECORDS and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            seen.append((message.key(), message.value()))
+    finally:
+        consumer.close()
+    assert sorted(seen) == sorted((b"k%d" % i, b"v%d" % i) for i in range(RECORDS))
+
+
+def test_admin_client_partitions_configs_and_elections(cluster: LocalCluster, bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = NewTopic("ck-more", num_partitions=1, replication_factor=3, config={"retention.ms": "3600000"})
+    assert admin.create_topics([topic])["ck-more"].result(timeout=30) is None
+
+    assert admin.create_partitions([NewPartitions("ck-more", 3)])["ck-more"].result(timeout=30) is None
+    wait_for(lambda: len(admin.list_topics("ck-more", timeout=15).topics["ck-more"].partitions) == 3, 30, "3 parts")
+    shrink = admin.create_partitions([NewPartitions("ck-more", 2)])["ck-more"]
+    with pytest.raises(KafkaException) as refused:
+        shrink.result(timeout=30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+
+    resource = ConfigResource(ResourceType.TOPIC, "ck-more")
+    configs = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert configs["retention.ms"].value == "3600000"
+    assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert configs["cleanup.policy"].value == "delete"
+    assert configs["cleanup.policy"].source == ConfigSource.DEFAULT_CONFIG.value
+
+    wait_for(lambda: all(p["Isr"].count(",") == 2 for p in describe(cluster, "ck-more")), 30, "a full ISR")
+    elected = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("ck-more", 0)]).result(timeout=30)
+    # Its preferred replica already leads: Kafka's ELECTION_NOT_NEEDED for that partition.
+    assert [(tp.topic, tp.partition) for tp in elected] == [("ck-more", 0)]
+    assert [e.code() for e in elected.values()] == [KafkaError.ELECTION_NOT_NEEDED]
