@@ -146,6 +146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.format == "text":
             print("\n".join(header(startup_s, _cores(spark))), flush=True)
         for size in sizes:
+            if results:
+                # A fresh context per size: what the last size's jobs cached or checkpointed must not crowd this
+                # size's heap (a user runs each audit in a process of its own).
+                spark.stop()
+                spark = spark_session(args.master, "hightide-history-bench")
             results.append(bench_size(spark, workdir / f"lake-{size}", size))
             if args.format == "text":  # each size as soon as it is measured: the large ones take minutes
                 print("\n".join(size_lines(results[-1], _cores(spark), first)), flush=True)

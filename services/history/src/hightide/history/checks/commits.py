@@ -215,6 +215,12 @@ def _entries_at(wanted: DataFrame, depths: DataFrame) -> DataFrame:
     )
 
 
+def forget(lake: DataFrame) -> None:
+    """Drop the fold of `lake` (its checkpointed frames are freed once nothing refers to them): an audit's last
+    step, so a long-lived process does not keep every history it audited."""
+    _FOLDED.pop(lake, None)
+
+
 def _folded(lake: DataFrame, min_insync_replicas: int) -> Folded:
     """The fold of `lake`, computed once per lake DataFrame (and min ISR) however many checks read it."""
     held = _FOLDED.setdefault(lake, {})

@@ -66,6 +66,11 @@ def metadata_order(lake_events: DataFrame) -> DataFrame:
 _ORDERS: weakref.WeakKeyDictionary[DataFrame, DataFrame] = weakref.WeakKeyDictionary()
 
 
+def forget(lake_events: DataFrame) -> None:
+    """Drop the metadata order computed for `lake_events` (see `commits.forget`)."""
+    _ORDERS.pop(lake_events, None)
+
+
 def _metadata_order(lake_events: DataFrame) -> DataFrame:
     names = [cls.TYPE for cls in TERM_EVENTS]
     rows = lake_events.where(F.col("type").isin(*names, events.ControllerElected.TYPE)).select(
