@@ -1,4 +1,5 @@
-"""A group member's background heartbeat (Kafka's AbstractCoordinator.HeartbeatThread) and max.poll.interval.ms.
+"""A group member's background heartbeat (Kafka's AbstractCoordinator.HeartbeatThread), max.poll.interval.ms, and
+cooperative rebalancing (KIP-429).
 
 Method: `LocalCluster` starts a nats-server, a controller and three brokers as processes; the test runs a real
 `Consumer` with `group.id` in-process and reads the coordinator's view of the group with DescribeGroups (as
@@ -9,6 +10,10 @@ Method: `LocalCluster` starts a nats-server, a controller and three brokers as p
   Before the heartbeat ran on its own, the coordinator expired such a member.
 - A member that does not poll for `max.poll.interval.ms` leaves the group, well before its (long) session timeout
   could have expired it; its next poll joins again as a new member.
+- cooperative-sticky: a second member joins a one-member group; the first keeps the partitions it is left
+  through both rounds and goes on reading them from where it was — with no commit at all, an eager rebalance would
+  restart them at `auto.offset.reset` (earliest) and read them twice; it gives up only the two the assignor
+  moves, which the newcomer gets in the second round.
 
 The idle periods are the scenarios themselves (an application that does not poll), not synchronisation; every
 other wait is a poll of a condition with a deadline.
@@ -26,7 +31,8 @@ from hightide.client.bench_cluster import create_topic
 from hightide.client.connection import ClusterConnection
 from hightide.client.consumer import Consumer, ConsumerConfig
 from hightide.client.local_cluster import ClusterState, LocalCluster
-from hightide.protocol import wire
+from hightide.client.producer import Producer
+from hightide.protocol import events, wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.subjects import BrokerApi
 from support.audited import assert_history_clean
@@ -177,6 +183,103 @@ def test_a_member_that_does_not_poll_for_max_poll_interval_leaves_and_its_next_p
             assert described.group_state == "Stable"
             assert [m.member_id for m in described.members] == [group.member_id]
             await consumer.close()
+        finally:
+            await conn.close()
+
+    asyncio.run(scenario())
+
+
+# --- cooperative rebalancing (KIP-429) -------------------------------------------------------------------------
+
+
+def test_a_cooperative_rebalance_leaves_the_partitions_a_member_keeps_reading(cluster: ClusterState) -> None:
+    topic, per_partition, partitions = "coop", 20, 4
+
+    async def produce(conn: ClusterConnection) -> None:
+        async with Producer(conn) as producer:
+            for p in range(partitions):
+                for _ in range(per_partition):
+                    await producer.send(topic, b"x", partition=p)
+            await producer.flush()
+
+    async def scenario() -> None:
+        conn = await ClusterConnection.open(cluster.nats_url, cluster.cluster_id)
+        try:
+            await create_topic(conn, topic, partitions)
+            await produce(conn)
+            config = ConsumerConfig(
+                group_id="coop",
+                partition_assignment_strategy="cooperative-sticky",
+                enable_auto_commit=False,  # no commit at all: an eager rebalance would read from earliest again
+                session_timeout_ms=6_000,
+                heartbeat_interval_ms=500,
+                auto_offset_reset="earliest",
+            )
+            reads: dict[str, list[tuple[int, int]]] = {"a": [], "b": []}
+            told: dict[str, list[events.PartitionsAssigned]] = {"a": [], "b": []}
+            consumers = {name: Consumer(conn, config) for name in reads}
+            for name, consumer in consumers.items():
+                consumer.subscribe([topic])
+                consumer.on_event = lambda e, n=name: (
+                    told[n].append(e) if isinstance(e, events.PartitionsAssigned) else None
+                )
+            stop = asyncio.Event()
+
+            async def keep_polling(name: str) -> None:
+                while not stop.is_set():
+                    reads[name] += [(r.partition, r.offset) for r in await consumers[name].poll()]
+
+            a = asyncio.create_task(keep_polling("a"))
+            end = time.monotonic() + DEADLINE_S
+            while len(reads["a"]) < partitions * per_partition:
+                assert time.monotonic() < end, "a did not read the first records"
+                await asyncio.sleep(0.1)  # polling a condition with a deadline
+            group_a = consumers["a"].group
+            assert group_a is not None
+            first_generation = group_a.generation
+
+            b = asyncio.create_task(keep_polling("b"))
+            group_b = consumers["b"].group
+            assert group_b is not None
+
+            def settled() -> bool:
+                return (
+                    len(group_a.assigned) == len(group_b.assigned) == partitions // 2
+                    and group_a.generation == group_b.generation
+                    and not group_a.needs_join
+                    and not group_b.needs_join
+                )
+
+            while not settled():
+                assert time.monotonic() < end, f"no settled assignment: {group_a.assigned} {group_b.assigned}"
+                await asyncio.sleep(0.1)  # polling a condition with a deadline
+            await produce(conn)
+            kept = {p for _, p in group_a.assigned}
+            moved = {p for _, p in group_b.assigned}
+
+            def read_all() -> bool:
+                a_done = {(p, o) for p, o in reads["a"] if p in kept and o >= per_partition}
+                b_done = {(p, o) for p, o in reads["b"] if p in moved}
+                return len(a_done) == len(kept) * per_partition and len(b_done) == len(moved) * 2 * per_partition
+
+            while not read_all():
+                assert time.monotonic() < end, "the records produced after the rebalance were not read"
+                await asyncio.sleep(0.1)  # polling a condition with a deadline
+            stop.set()
+            await asyncio.gather(a, b)
+
+            assert kept | moved == set(range(partitions)) and not kept & moved
+            # Two rounds (KIP-429): the moved partitions are withheld until their owner revoked them.
+            assert group_a.generation >= first_generation + 2
+            # a kept reading its partitions from where it was: every record of them read exactly once.
+            a_kept = sorted(r for r in reads["a"] if r[0] in kept)
+            assert a_kept == sorted((p, o) for p in kept for o in range(2 * per_partition))
+            # It was told of its partitions once (the first generation): nothing was assigned to it again.
+            assert [sorted(e.partitions) for e in told["a"]] == [list(range(partitions))]
+            # b got the moved partitions from earliest (nothing committed) and read each record once.
+            assert sorted(reads["b"]) == sorted((p, o) for p in moved for o in range(2 * per_partition))
+            for consumer in consumers.values():
+                await consumer.close()
         finally:
             await conn.close()
 

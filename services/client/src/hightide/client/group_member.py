@@ -8,8 +8,13 @@ Room: services/client. What a `Consumer` with `group.id` does around its fetches
   with one protocol per `partition.assignment.strategy`, each carrying Kafka's ConsumerProtocol subscription (topics,
   the partitions it owned, its generation); the leader assigns with `hightide.core.assignors.assign` and SyncGroup
   hands the assignment out;
-- eager rebalancing: before rejoining it commits what it consumed (auto-commit) and gives up every partition; the
-  cooperative-sticky assignor's second phase is a rejoin when the new assignment lost partitions it owned;
+- eager rebalancing (range, roundrobin, sticky): before rejoining it commits what it consumed (auto-commit) and
+  gives up every partition;
+- cooperative rebalancing (cooperative-sticky, KIP-429): it commits (auto-commit) but keeps its partitions and
+  their positions through the rebalance; the new assignment revokes only what it takes away (committed first),
+  adds the new ones from their committed offsets, and a member that lost partitions rejoins for the second
+  round. A member whose generation is gone (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, a poll timeout) has lost its
+  partitions and gives them all up, as Kafka's onPartitionsLost;
 - starts each assigned partition at the group's committed offset (OffsetFetch), else by `auto.offset.reset`;
 - heartbeats every `heartbeat.interval.ms` from a background task, whether or not the application polls, as
   Kafka's AbstractCoordinator.HeartbeatThread (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID
@@ -295,8 +300,9 @@ class GroupMember:
         committed offsets of the new assignment."""
         if self.assigned and self.config.enable_auto_commit:
             await self._commit_quietly()
-        self.assigned = ()
-        await self.consumer.reassign({})
+        if not self._cooperative():
+            self.assigned = ()
+            await self.consumer.reassign({})
         deadline = time.monotonic() + max(self.config.default_api_timeout_ms, self.config.max_poll_interval_ms) / 1000
         while self.needs_join:
             joined = await self._join_once(deadline)
@@ -412,24 +418,37 @@ class GroupMember:
             )
         return tuple(out)
 
+    def _cooperative(self) -> bool:
+        """Kafka's cooperative onJoinPrepare keeps the partitions, unless the member's generation is gone (lost)."""
+        return self.protocol == "cooperative-sticky" and self.generation >= 0 and bool(self.member_id)
+
     async def _start(self, assignment: group_records.ConsumerAssignment, deadline: float) -> None:
-        """The new assignment: positions from the committed offsets, else `auto.offset.reset`."""
+        """The new assignment: the partitions it kept go on from where `poll` got to; the added ones start at the
+        committed offsets, else `auto.offset.reset`."""
         assigned = tuple((t, p) for t, ps in assignment.partitions for p in ps)
         lost = set(self.owned) - set(assigned)
         self.needs_join = False
         if self.protocol == "cooperative-sticky" and lost:
             # The cooperative protocol's second phase: partitions moved away are free only after another rebalance.
             self.needs_join = True
+        revoked = [tp for tp in self.assigned if tp not in set(assigned)]
+        if revoked and self.config.enable_auto_commit:
+            await self._commit_quietly()  # Kafka's onPartitionsRevoked: commit what was consumed before letting go
+        kept = {tp: self.consumed[tp] for tp in assigned if tp in set(self.assigned) and tp in self.consumed}
         self.owned = assigned
         self.assigned = assigned
-        self.consumed = {}
+        self.consumed = dict(kept)
         self._next_heartbeat = time.monotonic() + self.config.heartbeat_interval_ms / 1000
         self._last_poll = time.monotonic()  # Kafka's HeartbeatThread.enable resets the poll timer after a join
+        added = tuple(tp for tp in assigned if tp not in kept)
+        if not added and not revoked and len(kept) == len(self.consumer.positions):
+            return  # a cooperative rebalance that changed nothing here: the fetches go on
         if not assigned:
+            await self.consumer.reassign({})
             return
-        committed = await self._committed(assigned, deadline)
-        positions: dict[TopicPartition, int] = {}
-        for tp in assigned:
+        committed = await self._committed(added, deadline) if added else {}
+        positions: dict[TopicPartition, int] = dict(kept)
+        for tp in added:
             offset = committed.get(tp, -1)
             if offset >= 0:
                 positions[tp] = offset
@@ -440,20 +459,24 @@ class GroupMember:
                 )
             else:
                 positions[tp] = -2 if self.config.auto_offset_reset == "earliest" else -1
+        # The kept partitions go on from what `poll` returned (records fetched but not returned are fetched again).
         await self.consumer.reassign(positions)
         await self.consumer.resolve_positions()
         self.consumed = {tp: self.consumer.positions[tp] for tp in assigned}
-        self.committed = {tp: o for tp, o in committed.items() if o >= 0}
-        if self.consumer.on_event is not None:
+        self.committed = {tp: o for tp, o in self.committed.items() if tp in kept} | {
+            tp: o for tp, o in committed.items() if o >= 0
+        }
+        if self.consumer.on_event is not None and added:
+            # Kafka's onPartitionsAssigned: the partitions added (all of them after an eager rebalance).
             self.consumer.on_event(
                 events.PartitionsAssigned(
                     group_id=self.group_id,
                     member_id=self.member_id,
                     generation_id=self.generation,
-                    topics=tuple(t for t, _ in assigned),
-                    partitions=tuple(p for _, p in assigned),
-                    committed=tuple(committed.get(tp, -1) for tp in assigned),
-                    offsets=tuple(self.consumer.positions[tp] for tp in assigned),
+                    topics=tuple(t for t, _ in added),
+                    partitions=tuple(p for _, p in added),
+                    committed=tuple(committed.get(tp, -1) for tp in added),
+                    offsets=tuple(self.consumer.positions[tp] for tp in added),
                 )
             )
 
