@@ -619,3 +619,33 @@ def test_reassignment_with_random_subscriptions_and_changes(strategy: str) -> No
         subscriptions = {c: Subscription(random_sublist(topics)) for c in members}
         _, final = _run(strategy, counts, subscriptions)
         _run(strategy, counts, {c: _owned(random_sublist(topics), final[c]) for c in members})
+
+
+# --- issue 13, groups2: the seeds' C1/C2/C3 example (a member dies and comes back), with each member's owned
+# partitions in assignment order, as Kafka's StickyAssignor userData carries them.
+
+
+def test_seeds_c1_c2_c3_a_member_dies_and_comes_back_as_kafka_3_8_and_later() -> None:
+    """Three members share 6 partitions; c3 dies; c1 and c2 take its partitions over and keep their own (the
+    taken-over ones appended, in assignment order); c3 comes back as a new member and gets a fair share.
+
+    It does not get its old partitions {2, 5} back: since KAFKA-16277 (Kafka 3.8, in the pinned reference
+    snapshot) the constrained path sorts each member's owned partitions by partition number before keeping the
+    first quota of them, so c1 (owning [0, 3, 2]) keeps 0 and 2 and gives up 3. Kafka 3.7 and earlier kept the
+    owned partitions in the order the member reported them, keeping [0, 3], and c3 got {2, 5} back — the seeds
+    describe that older behaviour. Kafka's own testTopicBalanceAfterReassignment (above) needs the sort.
+    """
+    counts = {T: 6}
+    first = assign("sticky", counts, {m: Subscription([T]) for m in (C1, C2, C3)}).partitions
+    assert first == {C1: [(T, 0), (T, 3)], C2: [(T, 1), (T, 4)], C3: [(T, 2), (T, 5)]}
+
+    survivors = {m: _owned([T], first[m], 1) for m in (C1, C2)}
+    second = assign("sticky", counts, survivors).partitions
+    # Sticky: each survivor keeps what it had, c3's partitions are appended after it, in assignment order.
+    assert second == {C1: [(T, 0), (T, 3), (T, 2)], C2: [(T, 1), (T, 4), (T, 5)]}
+
+    back = {C1: _owned([T], second[C1], 2), C2: _owned([T], second[C2], 2), "consumer3-new": Subscription([T])}
+    third = assign("sticky", counts, back)
+    verify_validity_and_balance(back, third.partitions)
+    assert third.partitions == {C1: [(T, 0), (T, 2)], C2: [(T, 1), (T, 4)], "consumer3-new": [(T, 3), (T, 5)]}
+    assert third.transferring == {}

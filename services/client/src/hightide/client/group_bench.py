@@ -69,7 +69,7 @@ async def rebalance_seconds(conn: ClusterConnection, first: Consumer) -> float:
         return bool(a.assigned) and bool(b.assigned) and a.generation == b.generation and not a.needs_join
 
     async def keep_polling(consumer: Consumer) -> None:
-        # Each member polls on its own, as an application does: a member's heartbeat and rejoin ride on its polls.
+        # Each member polls on its own, as an application does: a member's rejoin rides on its polls.
         while not settled() and time.monotonic() < deadline:
             await consumer.poll()
 

@@ -8,13 +8,23 @@ Room: services/client. What a `Consumer` with `group.id` does around its fetches
   with one protocol per `partition.assignment.strategy`, each carrying Kafka's ConsumerProtocol subscription (topics,
   the partitions it owned, its generation); the leader assigns with `hightide.core.assignors.assign` and SyncGroup
   hands the assignment out;
-- eager rebalancing: before rejoining it commits what it consumed (auto-commit) and gives up every partition; the
-  cooperative-sticky assignor's second phase is a rejoin when the new assignment lost partitions it owned;
+- eager rebalancing (range, roundrobin, sticky): before rejoining it commits what it consumed (auto-commit) and
+  gives up every partition;
+- cooperative rebalancing (cooperative-sticky, KIP-429): it commits (auto-commit) but keeps its partitions and
+  their positions through the rebalance; the new assignment revokes only what it takes away (committed first),
+  adds the new ones from their committed offsets, and a member that lost partitions rejoins for the second
+  round. A member whose generation is gone (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, a poll timeout) has lost its
+  partitions and gives them all up, as Kafka's onPartitionsLost;
 - starts each assigned partition at the group's committed offset (OffsetFetch), else by `auto.offset.reset`;
-- heartbeats every `heartbeat.interval.ms` from `poll` (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION and
-  UNKNOWN_MEMBER_ID make it rejoin; FENCED_INSTANCE_ID fails), auto-commits every `auto.commit.interval.ms`, commits
-  on demand (`commit`), and leaves the group on close (a dynamic member only: a static member's place is kept
-  for its restart, KIP-345).
+- heartbeats every `heartbeat.interval.ms` from a background task, whether or not the application polls, as
+  Kafka's AbstractCoordinator.HeartbeatThread (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID
+  make the next `poll` rejoin; FENCED_INSTANCE_ID fails the next `poll`); only while the member is in a stable
+  generation (not while it joins);
+- enforces `max.poll.interval.ms`: a member whose application has not polled for that long leaves the group
+  (LeaveGroup for a dynamic member; a static member forgets its member id and generation), as Kafka's heartbeat
+  thread does on "consumer poll timeout has expired"; its next `poll` rejoins;
+- auto-commits every `auto.commit.interval.ms`, commits on demand (`commit`), and leaves the group on close (a
+  dynamic member only: a static member's place is kept for its restart, KIP-345).
 
 Commits are of what `poll` returned (the consumed position), never of records fetched but not yet handed out, so
 a member that dies re-reads at most what it consumed after its last commit, and skips nothing.
@@ -75,15 +85,21 @@ class GroupMember:
         self.committed: dict[TopicPartition, int] = {}
         self.needs_join = True
         self._next_heartbeat = 0.0
+        self._last_poll = time.monotonic()  # Kafka's poll timer, for max.poll.interval.ms
+        self._heartbeats: asyncio.Task[None] | None = None  # the background heartbeat (Kafka's HeartbeatThread)
+        self._failure: GroupFailed | None = None  # what the heartbeat task hit, raised by the next poll
         self._next_auto_commit = time.monotonic() + config.auto_commit_interval_ms / 1000
 
     # -- driven by poll -----------------------------------------------------------------------------------------
 
     async def before_poll(self) -> None:
-        """Join if needed, heartbeat and auto-commit when due."""
-        now = time.monotonic()
-        if not self.needs_join and now >= self._next_heartbeat:
-            await self._heartbeat()
+        """Join if needed and auto-commit when due; the heartbeats run in the background from the first poll."""
+        self._last_poll = time.monotonic()
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+        if self._heartbeats is None or self._heartbeats.done():
+            self._heartbeats = asyncio.create_task(self._heartbeat_loop(), name=f"heartbeat {self.group_id}")
         if self.needs_join:
             await self._join()
         if self.config.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
@@ -130,12 +146,22 @@ class GroupMember:
             await self._backoff(deadline, error)
 
     async def close(self) -> None:
-        """Commit (auto-commit), then leave the group unless static (its place waits for its restart)."""
+        """Stop heartbeating, commit (auto-commit), then leave the group unless static (its place waits for its
+        restart)."""
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeats
+            self._heartbeats = None
         if self.config.enable_auto_commit and not self.needs_join:
             await self._commit_quietly()
+        await self._leave_group("closed")
+
+    async def _leave_group(self, reason: str) -> None:
+        """LeaveGroup for a dynamic member (a static member's place waits for its restart, KIP-345)."""
         if self.config.group_instance_id is None and self.member_id and self.coordinator is not None:
             body = wire.LeaveGroupRequest(
-                group_id=self.group_id, members=(wire.MemberIdentity(member_id=self.member_id, reason="closed"),)
+                group_id=self.group_id, members=(wire.MemberIdentity(member_id=self.member_id, reason=reason),)
             )
             # If the coordinator does not answer, it expires the member after its session timeout instead.
             with contextlib.suppress(RequestFailed):
@@ -212,8 +238,38 @@ class GroupMember:
 
     # -- heartbeats ---------------------------------------------------------------------------------------------
 
+    async def _heartbeat_loop(self) -> None:
+        """Kafka's HeartbeatThread: a heartbeat every `heartbeat.interval.ms` while the member is in a stable
+        generation; past `max.poll.interval.ms` without a poll, it leaves the group."""
+        interval_s = self.config.heartbeat_interval_ms / 1000
+        while True:
+            # Waiting for the heartbeat interval to pass (the protocol's own timer, not a synchronisation).
+            await asyncio.sleep(max(self._next_heartbeat - time.monotonic(), min(interval_s, 0.1)))
+            if self.needs_join or self.generation < 0 or not self.member_id:
+                self._next_heartbeat = time.monotonic() + interval_s  # joining: the poll does the group's work
+                continue
+            if time.monotonic() - self._last_poll > self.config.max_poll_interval_ms / 1000:
+                await self._leave_on_poll_timeout()
+                continue
+            try:
+                await self._heartbeat()
+            except GroupFailed as failed:
+                self._failure = failed  # FENCED_INSTANCE_ID: the next poll raises it
+                return
+            except ClientError:
+                self._next_heartbeat = time.monotonic() + interval_s  # tried again at the next interval
+
+    async def _leave_on_poll_timeout(self) -> None:
+        """Kafka's maybeLeaveGroup("consumer poll timeout has expired."): the application stalled between polls, so
+        the member gives its partitions back to the group; the next poll rejoins."""
+        await self._leave_group("consumer poll timeout has expired.")
+        self.generation = -1
+        self.member_id = ""
+        self.needs_join = True
+
     async def _heartbeat(self) -> None:
         self._next_heartbeat = time.monotonic() + self.config.heartbeat_interval_ms / 1000
+        generation, member_id = self.generation, self.member_id
         deadline = time.monotonic() + self.config.request_timeout_ms / 1000
         body = wire.HeartbeatRequest(
             group_id=self.group_id,
@@ -223,6 +279,8 @@ class GroupMember:
         )
         answer = await self._to_coordinator(BrokerApi.HEARTBEAT, body, wire.HeartbeatResponse, deadline)
         error = answer.error_code
+        if (self.generation, self.member_id) != (generation, member_id) or self.needs_join:
+            return  # the poll rejoined (or is rejoining) while this heartbeat was out: its answer is stale
         if error is ErrorCode.FENCED_INSTANCE_ID:
             raise GroupFailed(f"group.instance.id {self.config.group_instance_id} was taken by another member", error)
         if error in _REJOIN:
@@ -233,7 +291,7 @@ class GroupMember:
             self.needs_join = True
         elif error in _COORDINATOR_LOST:
             self.coordinator = None
-            self._next_heartbeat = time.monotonic()  # find it and heartbeat again at the next poll
+            self._next_heartbeat = time.monotonic()  # find it and heartbeat again at once
 
     # -- joining --------------------------------------------------------------------------------------------------
 
@@ -242,8 +300,9 @@ class GroupMember:
         committed offsets of the new assignment."""
         if self.assigned and self.config.enable_auto_commit:
             await self._commit_quietly()
-        self.assigned = ()
-        await self.consumer.reassign({})
+        if not self._cooperative():
+            self.assigned = ()
+            await self.consumer.reassign({})
         deadline = time.monotonic() + max(self.config.default_api_timeout_ms, self.config.max_poll_interval_ms) / 1000
         while self.needs_join:
             joined = await self._join_once(deadline)
@@ -359,23 +418,37 @@ class GroupMember:
             )
         return tuple(out)
 
+    def _cooperative(self) -> bool:
+        """Kafka's cooperative onJoinPrepare keeps the partitions, unless the member's generation is gone (lost)."""
+        return self.protocol == "cooperative-sticky" and self.generation >= 0 and bool(self.member_id)
+
     async def _start(self, assignment: group_records.ConsumerAssignment, deadline: float) -> None:
-        """The new assignment: positions from the committed offsets, else `auto.offset.reset`."""
+        """The new assignment: the partitions it kept go on from where `poll` got to; the added ones start at the
+        committed offsets, else `auto.offset.reset`."""
         assigned = tuple((t, p) for t, ps in assignment.partitions for p in ps)
         lost = set(self.owned) - set(assigned)
         self.needs_join = False
         if self.protocol == "cooperative-sticky" and lost:
             # The cooperative protocol's second phase: partitions moved away are free only after another rebalance.
             self.needs_join = True
+        revoked = [tp for tp in self.assigned if tp not in set(assigned)]
+        if revoked and self.config.enable_auto_commit:
+            await self._commit_quietly()  # Kafka's onPartitionsRevoked: commit what was consumed before letting go
+        kept = {tp: self.consumed[tp] for tp in assigned if tp in set(self.assigned) and tp in self.consumed}
         self.owned = assigned
         self.assigned = assigned
-        self.consumed = {}
+        self.consumed = dict(kept)
         self._next_heartbeat = time.monotonic() + self.config.heartbeat_interval_ms / 1000
+        self._last_poll = time.monotonic()  # Kafka's HeartbeatThread.enable resets the poll timer after a join
+        added = tuple(tp for tp in assigned if tp not in kept)
+        if not added and not revoked and len(kept) == len(self.consumer.positions):
+            return  # a cooperative rebalance that changed nothing here: the fetches go on
         if not assigned:
+            await self.consumer.reassign({})
             return
-        committed = await self._committed(assigned, deadline)
-        positions: dict[TopicPartition, int] = {}
-        for tp in assigned:
+        committed = await self._committed(added, deadline) if added else {}
+        positions: dict[TopicPartition, int] = dict(kept)
+        for tp in added:
             offset = committed.get(tp, -1)
             if offset >= 0:
                 positions[tp] = offset
@@ -386,20 +459,24 @@ class GroupMember:
                 )
             else:
                 positions[tp] = -2 if self.config.auto_offset_reset == "earliest" else -1
+        # The kept partitions go on from what `poll` returned (records fetched but not returned are fetched again).
         await self.consumer.reassign(positions)
         await self.consumer.resolve_positions()
         self.consumed = {tp: self.consumer.positions[tp] for tp in assigned}
-        self.committed = {tp: o for tp, o in committed.items() if o >= 0}
-        if self.consumer.on_event is not None:
+        self.committed = {tp: o for tp, o in self.committed.items() if tp in kept} | {
+            tp: o for tp, o in committed.items() if o >= 0
+        }
+        if self.consumer.on_event is not None and added:
+            # Kafka's onPartitionsAssigned: the partitions added (all of them after an eager rebalance).
             self.consumer.on_event(
                 events.PartitionsAssigned(
                     group_id=self.group_id,
                     member_id=self.member_id,
                     generation_id=self.generation,
-                    topics=tuple(t for t, _ in assigned),
-                    partitions=tuple(p for _, p in assigned),
-                    committed=tuple(committed.get(tp, -1) for tp in assigned),
-                    offsets=tuple(self.consumer.positions[tp] for tp in assigned),
+                    topics=tuple(t for t, _ in added),
+                    partitions=tuple(p for _, p in added),
+                    committed=tuple(committed.get(tp, -1) for tp in added),
+                    offsets=tuple(self.consumer.positions[tp] for tp in added),
                 )
             )
 
