@@ -21,6 +21,7 @@ import pytest
 from hightide.client.connection import ClusterConnection
 from hightide.client.local_cluster import LocalCluster
 from hightide.client.producer import Producer, ProducerConfig
+from support.audited import assert_history_clean
 from support.cluster_cli import active_brokers, describe, hightide, wait_for
 
 pytestmark = pytest.mark.slow
@@ -46,6 +47,7 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         yield local
     finally:
         local.down()
+    assert_history_clean(local.lake)  # issue 13: compaction, and the copy of a compacted log, are not loss
 
 
 def isr(cluster: LocalCluster) -> set[int]:

@@ -52,6 +52,10 @@ def test_hand_written_histories_agree(spark: SparkSession, tmp_path: Path) -> No
         "legacy": legacy,
         "unclean": legacy + hand.emitted(Emitter("controller", 100, "c"), elected),
         "lossy": hand.lossy_history(both=True),
+        "deleted": hand.deleted_topic(),  # issue 13: a deleted topic's records are not lost
+        "deleted_before": hand.deleted_topic(deleted_ms=1_004),
+        "compacted": hand.compacted_copy(kept_from=2, copied_to=4),  # issue 13: compaction is not loss
+        "compacted_loss": hand.compacted_copy(kept_from=2, copied_to=3),
     }
     found = {name: _both(spark, history, tmp_path / name) for name, history in histories.items()}
     assert _violations(found["legacy"]) == {
@@ -61,6 +65,10 @@ def test_hand_written_histories_agree(spark: SparkSession, tmp_path: Path) -> No
     assert {f.cause for f in found["unclean"]} == {"unclean_election"}
     assert {f.cause for f in found["lossy"]} == {"lossy_crashes"}
     assert {f.records for f in found["legacy"]} == {("v1",)}
+    assert found["deleted"] == []
+    assert _violations(found["deleted_before"]) == {"acks_all_acknowledged_committed"}
+    assert found["compacted"] == []
+    assert _violations(found["compacted_loss"]) == {"acks_all_acknowledged_committed", "leader_completeness"}
 
 
 def test_a_clean_simulated_run_agrees_and_gives_no_violation(spark: SparkSession, tmp_path: Path) -> None:

@@ -256,3 +256,77 @@ def test_given_the_clients_values_then_a_finding_names_the_records_at_its_offset
     history = old_leader() + stale_follower(legacy=True) + client_told(0, 1)
     (found,) = run("truncation_only_uncommitted", history)
     assert found.records == ("v1",)
+
+
+# -- issue 13: a deleted topic's records are not lost -------------------------------------------------------
+
+
+def deleted_topic(*, topic: str = T, deleted_ms: int = 1_006) -> list[Envelope]:
+    """`old_leader` acknowledges offsets 0..1 at acks=all (wall_ms 1005); the controller deletes `topic` (at
+    `deleted_ms`); broker 1 deletes its log, then the topic is created again and broker 1 leads its new, empty life in
+    epoch 0 (so the final leader's log lacks the acknowledged offsets)."""
+    controller = Emitter("controller", 100, "controller-100-0")
+    deletion = Envelope("test", controller, 0, deleted_ms, 0, events.TopicDeleted(topic=topic, topic_id="t-1"))
+    gone = events.LogDeleted(topic=T, partition=0, replica=1, log_end_offset=2, reason="topic_deleted")
+    again = [gone, opened(1), epoch_started(1, 0, 0), leader(1, 0, 0)]
+    recreated = [Envelope("test", broker(1), 6 + i, 1_010 + i, 6 + i, event) for i, event in enumerate(again)]
+    return [*old_leader(), deletion, *recreated]
+
+
+def test_given_a_topic_deleted_after_the_acknowledgement_then_its_records_are_not_lost() -> None:
+    history = deleted_topic()
+    assert {name: run(name, history) for name in CHECKS} == {name: [] for name in CHECKS}
+
+
+def test_given_a_deletion_at_the_acknowledgements_instant_then_the_acknowledgement_is_of_the_deleted_life() -> None:
+    assert run("acks_all_acknowledged_committed", deleted_topic(deleted_ms=1_005)) == []
+
+
+def test_given_a_deletion_before_the_acknowledgement_then_a_missing_record_is_still_lost() -> None:
+    (found,) = run("acks_all_acknowledged_committed", deleted_topic(deleted_ms=1_004))
+    assert (found.replica, found.first_offset, found.last_offset, found.cause) == (1, 0, 1, "")
+    assert found.events == (eid(1, 5),)
+
+
+def test_given_another_topic_deleted_then_a_missing_record_is_still_lost() -> None:
+    (found,) = run("acks_all_acknowledged_committed", deleted_topic(topic="payments"))
+    assert (found.first_offset, found.last_offset) == (0, 1)
+    assert "not in final leader 1's log" in found.detail
+
+
+# -- issue 13: compaction is not loss -------------------------------------------------------------------------
+
+
+def compacted(b: int, cleaned_up_to: int) -> events.LogCompacted:
+    return events.LogCompacted(
+        topic=T, partition=0, replica=b, first_dirty_offset=0, cleaned_up_to=cleaned_up_to, segments_before=2,
+        segments_after=1, bytes_before=400, bytes_after=200, records_removed=2, tombstones_removed=0,
+    )  # fmt: skip
+
+
+def compacted_copy(*, kept_from: int, copied_to: int) -> list[Envelope]:
+    """Broker 1 leads epoch 0, commits and acknowledges (acks=all) offsets 0..3, then compacts its log below 3 (events
+    0..6). Broker 2 copies the compacted log: its epoch history starts at its first kept batch (`kept_from`) and it
+    holds offsets up to `copied_to` (exclusive) before it leads epoch 1."""
+    first = emitted(
+        broker(1), opened(1), epoch_started(1, 0, 0), leader(1, 0, 0), appended(1, 0, 3), hw(1, 0, 4),
+        acknowledged(1, 0, 3, 4), compacted(1, 3),
+    )  # fmt: skip
+    second = emitted(
+        broker(2), opened(2), follower(2, 0, 1), epoch_started(2, 0, kept_from), appended(2, kept_from, copied_to - 1),
+        epoch_started(2, 1, copied_to), leader(2, 1, copied_to, copied_to),
+    )  # fmt: skip
+    return first + second
+
+
+def test_given_a_replica_that_copied_a_compacted_log_then_the_removed_offsets_are_not_lost() -> None:
+    history = compacted_copy(kept_from=2, copied_to=4)
+    assert {name: run(name, history) for name in CHECKS} == {name: [] for name in CHECKS}
+
+
+def test_given_a_compacted_topic_then_a_record_above_the_cleaned_point_missing_is_still_lost() -> None:
+    history = compacted_copy(kept_from=2, copied_to=3)
+    (lost,) = run("acks_all_acknowledged_committed", history)
+    assert (lost.replica, lost.first_offset, lost.last_offset, lost.cause) == (1, 3, 3, "")
+    (incomplete,) = run("leader_completeness", history)
+    assert (incomplete.replica, incomplete.first_offset, incomplete.last_offset) == (2, 3, 3)

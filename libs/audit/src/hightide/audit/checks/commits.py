@@ -33,8 +33,26 @@ truncation_only_uncommitted, leader_completeness or committed_prefixes_agree at 
 exemption's cause and its events (an attributed loss, not a violation). min.insync.replicas is the topic's config
 (TopicCreated, TopicConfigsAltered) or, if the history never sets it, the value the checks were built with.
 
-Known limits: a topic deleted and created again under its name is not told apart from its predecessor (its offsets
-are compared across lives); the log start after an ordinary truncation is not lowered to the truncation point.
+A deleted topic's records are not lost (issue 13): an acknowledgement of acks_all_acknowledged_committed or
+acknowledged_records_lost followed by a TopicDeleted of its topic (wall_ms at or after the acknowledgement's: the
+topic-life rule of `hightide.audit.checks.clients`) is not judged against the final leader's log.
+
+Compaction is not loss (issue 13; Kafka's LogCleaner): on a compacted topic each replica's cleaner rewrites its log
+below its `cleaned_up_to` (LogCompacted), keeping only each key's latest record at its offset, and a replica that
+copies a compacted log (a follower fetching from offset 0 of a compacted leader) receives only the kept batches, so
+its epoch history starts at its first kept batch. The cleaner never touches a record at or above the cleaned point
+(the first uncleanable offset: the active segment, the high watermark's segment, min.compaction.lag.ms), so the
+rule is: a partition's cleaned point is the highest `cleaned_up_to` of any of its replicas' LogCompacted events in
+the history; below it, offsets (and their epochs) are not compared by leader_completeness,
+acks_all_acknowledged_committed or acknowledged_records_lost (a record there may have been superseded by a later
+one of its key; events carry no keys, so the audit cannot tell a superseded record from a lost one there); at or
+above it a missing record is lost as on any topic.
+
+Known limits: the cleaned point is the history's last one, not the one in force when a leader was elected (an
+election before any compaction is excused below the later cleaned point too); it is not reset by a topic's deletion;
+committed_prefixes_agree and truncation_only_uncommitted do not apply it. Apart from acknowledgements, a topic
+deleted and created again under its name is not told apart from its predecessor (its offsets are compared across
+lives); the log start after an ordinary truncation is not lowered to the truncation point.
 """
 
 from __future__ import annotations
@@ -135,6 +153,11 @@ class Folded:
     leaders: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)  # tp -> (max epoch, its leader)
     sent: dict[TopicPartition, list[tuple[int, str]]] = field(default_factory=dict)  # SendCompleted ok
     min_isr: dict[str, int] = field(default_factory=dict)
+    # Issue 13, deleted topics: each TopicDeleted's wall_ms by topic, and each acknowledgement's wall_ms by event id.
+    deleted: dict[str, list[int]] = field(default_factory=dict)
+    ack_wall_ms: dict[str, int] = field(default_factory=dict)
+    # Issue 13, compaction: each partition's cleaned point, the highest `cleaned_up_to` any replica's LogCompacted gave.
+    cleaned: dict[TopicPartition, int] = field(default_factory=dict)
 
 
 def fold(history: History) -> Folded:
@@ -151,7 +174,15 @@ def fold(history: History) -> Folded:
         if isinstance(event, events.TopicCreated | events.TopicConfigsAltered):
             _note_min_isr(folded, event)
             continue
+        if isinstance(event, events.TopicDeleted):
+            folded.deleted.setdefault(event.topic, []).append(envelope.wall_ms)
+            continue
+        if isinstance(event, events.LogCompacted):
+            tp = (event.topic, event.partition)
+            folded.cleaned[tp] = max(folded.cleaned.get(tp, 0), event.cleaned_up_to)
+            continue
         if isinstance(event, events.ProduceCompleted):
+            folded.ack_wall_ms[event_id] = envelope.wall_ms
             key = (event.topic, event.partition, event.leader)
         elif isinstance(event, _REPLICA_EVENTS):
             key = (event.topic, event.partition, event.replica)
@@ -411,7 +442,8 @@ def truncation_only_uncommitted(
 
 def leader_completeness(history: History, min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS) -> Iterator[Finding]:
     """C3 LeaderCompletenessProperty (reliability.md §8; TLA+ `LeaderCompletenessProperty`, `StrongIsr`): a broker
-    that becomes leader in epoch e (BecameLeader) holds, above its log start, every record committed in epochs
+    that becomes leader in epoch e (BecameLeader) holds, above its log start and its partition's cleaned point
+    (compaction, see the module docstring), every record committed in epochs
     below e, at the same offset and in the same epoch."""
     folded = fold(history)
     exempt = exemptions(history, folded, min_insync_replicas)
@@ -421,7 +453,7 @@ def leader_completeness(history: History, min_insync_replicas: int = KAFKA_MIN_I
         for c in folded.commits:
             if c.tp != moment.tp or c.commit_epoch >= moment.epoch:
                 continue
-            start = max(c.start, moment.log_start_offset)
+            start = max(c.start, moment.log_start_offset, folded.cleaned.get(moment.tp, 0))
             missing += [(piece, c.event) for piece in _minus(start, c.end, held.get(c.epoch))]
         if not missing:
             continue
@@ -449,7 +481,10 @@ def acks_all_acknowledged_committed(
     `EventuallyAcknowledgedValueFullyReplicated`): an acks=all acknowledgement (ProduceCompleted acks -1, error
     NONE) is given only below the leader's high watermark, and its records (bound to epochs by the leader's log when
     it answered) are, at the end of the history, in the final leader's log (the leader of the highest epoch) at the
-    same offsets in the same epochs, unless retention deleted them (below its log start). A loss at an exempt epoch
+    same offsets in the same epochs, unless retention deleted them (below its log start), compaction may have
+    removed them (below the partition's cleaned point, see the module docstring) or their topic was deleted
+    after the acknowledgement (TopicDeleted ends the obligation for that topic life's records; a topic created
+    again under the name is a new life, whose acknowledgements are judged as before). A loss at an exempt epoch
     after the acknowledgement is reported with its cause (X1 LossAttribution)."""
     folded = fold(history)
     exempt = exemptions(history, folded, min_insync_replicas)
@@ -494,10 +529,12 @@ def _lost(folded: Folded, exempt: list[Exemption], moment: Moment, invariant: st
     """The acknowledged records of `moment` missing from the final leader's log, as one finding (or none)."""
     event = moment.envelope_event
     assert isinstance(event, events.ProduceCompleted)
+    if _deleted_after(folded, moment):
+        return
     leader_epoch, leader = folded.leaders.get(moment.tp, (NO_EPOCH, -1))
     key = (moment.tp[0], moment.tp[1], leader)
     final = {x: run for run in folded.final.get(key, ()) for x in [run[2]]}
-    log_start = folded.final_log_start.get(key, 0)
+    log_start = max(folded.final_log_start.get(key, 0), folded.cleaned.get(moment.tp, 0))
     missing = [
         (piece, x) for start, end, x in moment.runs for piece in _minus(max(start, log_start), end, final.get(x))
     ]
@@ -527,6 +564,14 @@ def _lost(folded: Folded, exempt: list[Exemption], moment: Moment, invariant: st
         detail=f"acknowledged offsets {low}..{high - 1} (acks={event.acks}, leader {moment.replica} in epoch "
         f"{moment.epoch}) are not in final leader {leader}'s log",
     )
+
+
+def _deleted_after(folded: Folded, moment: Moment) -> bool:
+    """Whether the acknowledgement's topic life ended: a TopicDeleted of its topic (the controller's committed
+    decision; Kafka deletes every replica's log of it) with a wall_ms at or after the acknowledgement's, so the
+    acknowledgement lives in a life before the last (a topic's life as `hightide.audit.checks.clients` counts it)."""
+    wall_ms = folded.ack_wall_ms[moment.event]
+    return any(deleted >= wall_ms for deleted in folded.deleted.get(moment.tp[0], ()))
 
 
 def _follows(exemption: Exemption, ack_epoch: int) -> bool:

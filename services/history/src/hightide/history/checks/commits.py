@@ -291,6 +291,15 @@ class Folded:
         self.exemptions = _exemptions(lake, stream, min_insync_replicas).localCheckpoint()
         sent = of_type(lake, events.SendCompleted)
         self.sent = sent.where((c("outcome") == "ok") & (c("offset") >= 0)).select(*TP, "offset", c("value"))
+        # Issue 13, deleted topics: the acknowledgements a TopicDeleted of their topic follows (wall_ms at or after).
+        acked = of_type(lake, events.ProduceCompleted).select("event_id", "topic", "wall_ms")
+        deleted = of_type(lake, events.TopicDeleted).select("topic", c("wall_ms").alias("_deleted_ms"))
+        self.deleted_acks = (
+            acked.join(deleted, ["topic"]).where(c("_deleted_ms") >= c("wall_ms")).select("event_id").distinct()
+        )
+        # Issue 13, compaction: each partition's cleaned point (the highest cleaned_up_to of any replica).
+        compacted = of_type(lake, events.LogCompacted)
+        self.cleaned = compacted.groupBy(*TP).agg(F.max("cleaned_up_to").alias("cleaned"))
 
 
 def _exemptions(lake: DataFrame, stream: DataFrame, min_insync_replicas: int) -> DataFrame:
@@ -502,9 +511,11 @@ def leader_completeness(lake: DataFrame, min_insync_replicas: int = KAFKA_MIN_IN
     the ones involved."""
     folded = _folded(lake, min_insync_replicas)
     c = F.col
-    wanted = folded.elections.join(
+    elections = folded.elections.join(folded.cleaned, [*TP], "left")
+    wanted = elections.join(
         folded.commit_islands, (c("topic") == c("ct")) & (c("partition") == c("cp")) & (c("commit_epoch") < c("epoch"))
-    ).select(*KEY, "event_id", "epoch", F.greatest("c_start", "log_start").alias("w0"), c("c_end").alias("w1"),
+    ).select(*KEY, "event_id", "epoch", F.greatest("c_start", "log_start", F.coalesce("cleaned", F.lit(0))).alias("w0"),
+             c("c_end").alias("w1"),
              c("cx").alias("x"))  # fmt: skip
     held = folded.election_runs.select("event_id", "x", c("run_start").alias("h0"), c("run_end").alias("h1"))
     missing = _missing(wanted, held, ["event_id"]).select(*KEY, "event_id", "epoch", "x", "m0", "m1")
@@ -547,11 +558,13 @@ def _islands(commits: DataFrame) -> DataFrame:
 def _lost(folded: Folded, acks: int, invariant: str) -> DataFrame:
     """Acknowledged records (at `acks`) missing from the final leader's log, one finding per acknowledgement."""
     c = F.col
-    runs = folded.ack_runs.where(c("acks") == acks).join(folded.leaders, [*TP], "left")
+    runs = folded.ack_runs.where(c("acks") == acks).join(folded.deleted_acks, ["event_id"], "left_anti")
+    runs = runs.join(folded.leaders, [*TP], "left").join(folded.cleaned, [*TP], "left")
     final_lso = folded.final_log_start.select(*TP, c("replica").alias("final_leader"), "final_lso")
     runs = runs.join(final_lso, [*TP, "final_leader"], "left")
     wanted = runs.select(*KEY, "event_id", "epoch", "final_leader", "leader_epoch",
-                         F.greatest("run_start", F.coalesce("final_lso", F.lit(0))).alias("w0"),
+                         F.greatest("run_start", F.coalesce("final_lso", F.lit(0)),
+                                    F.coalesce("cleaned", F.lit(0))).alias("w0"),
                          c("run_end").alias("w1"), "x")  # fmt: skip
     held = folded.final_runs.select(*TP, c("replica").alias("final_leader"), "x", c("run_start").alias("h0"),
                                     c("run_end").alias("h1"))  # fmt: skip
