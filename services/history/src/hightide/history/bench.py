@@ -6,10 +6,12 @@ generates each history straight into a lake (`hightide.history.generate`), then 
 snapshot job, and `rebuild --at` the last instant from the latest snapshot. It prints events per second, per core,
 and each size's cost per event against the first size's (1.0 is linear growth).
 Goal: >= 200,000 events/s per core, linear growth, `rebuild --at` from a snapshot under 10 s at any size.
-Measured at local[2] (2026-11-24): 1M events generated in 6-10 s, rebuild 42 s quiet / 65 s loaded (7,700-11,800
-events/s per core), audit 418 s loaded (1,200 events/s per core), snapshots 38-54 s, rebuild --at from a snapshot
-4.8-7.1 s; 4M ran out of the then 1 GB driver heap (now 4g). The goal is far off: 17x for the rebuild, ~170x for
-the audit.
+Measured at local[2] (2026-11-24, second session, load average 4-6 from other work, so slower than quiet):
+1M events: rebuild 62.8 s (7,962 events/s per core), audit 202.4 s (2,471), snapshots 69.5 s, rebuild --at from a
+snapshot 8.1 s; 4M: rebuild 783 s (cost per event x3.1: the epoch-cache fold in `rebuild._with_epochs` refolds every
+earlier operation per row), audit 391 s (x0.48: no longer super-linear since the commits group reads entries by
+stack depth and joins ranges by offset bucket), snapshots 354 s, rebuild --at 10.5 s. The goal is still far off:
+about 25x for the rebuild and 80x for the audit at 1M.
 """
 
 from __future__ import annotations
