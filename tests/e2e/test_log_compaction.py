@@ -61,6 +61,16 @@ def leader(cluster: LocalCluster) -> int | None:
     return int(line["Leader"]) if line["Leader"].isdigit() else None
 
 
+def copied_by(cluster: LocalCluster, broker: int) -> set[str]:
+    """The incarnations of `broker` that appended the topic's records up to its last offset."""
+    result = hightide(cluster.data_dir, "events", "tail", "--type", "RecordsAppended", "--format", "json", timeout=60)
+    return {
+        e["incarnation"]
+        for e in map(json.loads, result.stdout.splitlines())
+        if e["emitter_id"] == broker and e["event"]["topic"] == TOPIC and e["event"]["log_end_offset"] >= RECORDS
+    }
+
+
 def compacted_by(cluster: LocalCluster) -> set[int]:
     result = hightide(cluster.data_dir, "events", "tail", "--type", "LogCompacted", "--format", "json", timeout=60)
     return {e["emitter_id"] for e in map(json.loads, result.stdout.splitlines()) if e["event"]["topic"] == TOPIC}
@@ -109,9 +119,13 @@ def test_each_replica_compacts_and_a_replica_that_lost_its_disk_copies_the_compa
     first_leader = leader(cluster)
     assert first_leader is not None
     follower = 3 - first_leader
+    before = copied_by(cluster, follower)
     cluster.stop_broker(follower, hard=True)
     shutil.rmtree(cluster.data_dir / f"broker-{follower}" / f"{TOPIC}-0")
     cluster.start_broker(follower)
+    # The ISR and the active brokers still show the killed process until the leader and the controller notice: wait
+    # for the new process itself to have copied the log to its end, then for the ISR.
+    wait_for(lambda: copied_by(cluster, follower) - before, 60, "the new follower process copied the whole log")
     wait_for(lambda: follower in active_brokers(cluster) and isr(cluster) == {1, 2}, 60, "the copy back in the ISR")
     cluster.stop_broker(first_leader, hard=False)
     wait_for(lambda: leader(cluster) == follower, 30, "the copy leads")

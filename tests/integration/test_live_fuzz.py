@@ -406,6 +406,34 @@ TEMPLATES: Final[dict[str, dict[str, Any]]] = {
     # partition reassignment (issue 13)
     ControllerApi.ALTER_PARTITION_REASSIGNMENTS: {"partitions": [{"topic": "t", "partition": 0, "replicas": [1]}]},
     ControllerApi.LIST_PARTITION_REASSIGNMENTS: {"partitions": [{"topic": "t", "partition": 0}]},
+    # consumer groups (issue 13)
+    BrokerApi.FIND_COORDINATOR: {"key": "g", "key_type": 0},
+    BrokerApi.JOIN_GROUP: {
+        "group_id": "g",
+        "session_timeout_ms": 10_000,
+        "rebalance_timeout_ms": 10_000,
+        "member_id": "",
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"m"}],
+    },
+    BrokerApi.SYNC_GROUP: {
+        "group_id": "g",
+        "generation_id": 1,
+        "member_id": "m",
+        "assignments": [{"member_id": "m", "assignment": b"a"}],
+    },
+    BrokerApi.HEARTBEAT: {"group_id": "g", "generation_id": 1, "member_id": "m"},
+    BrokerApi.LEAVE_GROUP: {"group_id": "g", "members": [{"member_id": "m"}]},
+    BrokerApi.OFFSET_COMMIT: {
+        "group_id": "g",
+        "generation_id": -1,
+        "member_id": "",
+        "partitions": [{"topic": "t", "partition": 0, "committed_offset": 0}],
+    },
+    BrokerApi.OFFSET_FETCH: {"group_id": "g", "partitions": [{"topic": "t", "partition": 0}]},
+    BrokerApi.LIST_GROUPS: {"states_filter": []},
+    BrokerApi.DESCRIBE_GROUPS: {"groups": ["g"]},
+    BrokerApi.DELETE_GROUPS: {"groups_names": ["g"]},
 }
 LIST_BOUNDS: Final = (wire.PARTITIONS_PER_REQUEST_MAX, wire.TOPICS_PER_REQUEST_MAX, wire.REPLICAS_MAX)
 # Numbers at and beyond the edges of Kafka's sizes; the ones a field takes are filtered out by the local decode.
