@@ -172,8 +172,13 @@ def test_the_rebuild_command_prints_the_state_at_an_instant(
         key: p.leader for key, p in expected.partitions.items()
     }
     replica_rows = spark.read.parquet(str(out / "replicas"))
-    assert "epoch_entries" in replica_rows.columns
     assert replica_rows.where(f"wall_ms > {at_ms}").count() == 0
+    # The epoch timeline: the entries still held at the instant are each live replica's cache then.
+    held: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
+    for row in spark.read.parquet(str(out / "epochs")).where("until_event_id IS NULL").collect():
+        held.setdefault((row.topic, row.partition, row.replica), []).append((row.leader_epoch, row.start_offset))
+    for key, state in expected.replicas.items():
+        assert tuple(sorted(held.get(key, []), key=lambda entry: entry[1])) == state.epoch_entries, key
 
 
 @pytest.mark.parametrize(

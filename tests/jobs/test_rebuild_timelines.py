@@ -19,8 +19,10 @@ from pyspark.sql.types import StructType
 from hightide.audit.rebuild import ClusterState, rebuild
 from hightide.history.events import LAKE_SCHEMA, read_lake
 from hightide.history.rebuild import (
+    EPOCH_TIMELINE_SCHEMA,
     PARTITION_TIMELINE_SCHEMA,
     REPLICA_TIMELINE_SCHEMA,
+    all_timelines,
     states_at,
     timelines,
 )
@@ -148,9 +150,10 @@ def test_timelines_have_their_columns_and_end_in_the_final_state(spark: SparkSes
     change, and each replica's last row is the state the whole history leaves."""
     history = _faulty_run(102)
     write_lake(history, tmp_path / "lake")
-    replica_timeline, partition_timeline = timelines(read_lake(spark, tmp_path / "lake"))
+    replica_timeline, partition_timeline, epoch_timeline = all_timelines(read_lake(spark, tmp_path / "lake"))
     assert _types(replica_timeline.schema) == _types(REPLICA_TIMELINE_SCHEMA)
     assert _types(partition_timeline.schema) == _types(PARTITION_TIMELINE_SCHEMA)
+    assert _types(epoch_timeline.schema) == _types(EPOCH_TIMELINE_SCHEMA)
     rows = replica_timeline.collect()
     changes = (
         events.LogOpened,
@@ -183,6 +186,12 @@ def test_timelines_have_their_columns_and_end_in_the_final_state(spark: SparkSes
             state.high_watermark,
             state.log_start_offset,
         )
-        assert tuple((int(a), int(b)) for a, b in held.epoch_entries) == state.epoch_entries
+    held_entries: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
+    for entry in epoch_timeline.where("until_event_id IS NULL").collect():
+        held_entries.setdefault((entry.topic, entry.partition, entry.replica), []).append(
+            (entry.start_offset, entry.leader_epoch)
+        )
+    for key, state in final.replicas.items():
+        assert tuple((epoch, start) for start, epoch in sorted(held_entries.get(key, []))) == state.epoch_entries, key
     committed = [e for e in history if isinstance(e.event, events.PartitionChanged)]
     assert 0 < partition_timeline.count() <= len(committed)

@@ -12,8 +12,10 @@ How the replica fold becomes windows, per replica (topic, partition, broker) in 
 - the log start offset is the last value set (LogOpened, a start-over truncation, LogStartOffsetAdvanced) lowered
   by every other truncation since: a running `min` within the group the last setter opens;
 - the epoch cache is a fold of assign / truncate_from_end / truncate_from_start from the last reset (LogOpened,
-  a start-over truncation): `aggregate` over the operations since that reset, computed on the (few) events that
-  touch the cache only, then carried forward to the others;
+  a start-over truncation): one `aggregate` over each reset group's operations gives every entry the cache held
+  with the rows it was held from and until (the epoch timeline); a row's cache is the entries held at it, which
+  only a state at an instant assembles (a cache per row would grow with the history, and so the cost with its
+  square);
 - LogDeleted and ReplicaOffline take the replica out of the live set: their row carries the state the disk was
   left in (`online` false), and an event after them that is not a LogOpened starts from an empty replica, as the
   plain fold does (it notes an anomaly).
@@ -55,9 +57,27 @@ REPLICA_TIMELINE_SCHEMA: Final = T.StructType(
         T.StructField("log_start_offset", T.LongType(), True),
         T.StructField("log_end_offset", T.LongType(), True),
         T.StructField("high_watermark", T.LongType(), True),
-        T.StructField("epoch_entries", EPOCHS_TYPE, True),
         T.StructField("online", T.BooleanType(), True),
     ]
+)
+EPOCH_TIMELINE_SCHEMA: Final = T.StructType(
+    [
+        T.StructField("topic", T.StringType(), True),
+        T.StructField("partition", T.IntegerType(), True),
+        T.StructField("replica", T.IntegerType(), True),
+        T.StructField("leader_epoch", T.LongType(), True),
+        T.StructField("start_offset", T.LongType(), True),
+        T.StructField("from_event_id", T.StringType(), True),
+        T.StructField("from_wall_ms", T.LongType(), True),
+        T.StructField("until_event_id", T.StringType(), True),
+        T.StructField("until_wall_ms", T.LongType(), True),
+    ]
+)
+_HELD_TYPE: Final = T.StructType(
+    [T.StructField("start_offset", T.LongType(), True), T.StructField("leader_epoch", T.LongType(), True)]
+)
+_INTERVALS_TYPE: Final = T.ArrayType(
+    T.StructType([T.StructField(name, T.LongType(), True) for name in ("e", "s", "f", "t")]), True
 )
 PARTITION_TIMELINE_SCHEMA: Final = T.StructType(
     [
@@ -148,13 +168,27 @@ class Rebuilt:
     replicas: DataFrame
     partitions: DataFrame
     topics: DataFrame  # per topic, after all its events: life (-1 if never created) and deleted
+    epochs: (
+        DataFrame  # every epoch cache entry (REPLICA_KEY, leader_epoch, start_offset) held from row _from until _until
+    )
 
 
 def timelines(events: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(replica timeline, partition timeline) of `read_lake`'s DataFrame, with exactly the columns of
     REPLICA_TIMELINE_SCHEMA and PARTITION_TIMELINE_SCHEMA (see the module docstring for the rules)."""
+    replicas, partitions, _ = all_timelines(events)
+    return replicas, partitions
+
+
+def all_timelines(events: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """`timelines` and the epoch timeline (EPOCH_TIMELINE_SCHEMA: each leader epoch cache entry with the events
+    from and until which its replica held it)."""
     rebuilt = rebuild_frames(events)
-    return _typed(rebuilt.replicas, REPLICA_TIMELINE_SCHEMA), _typed(rebuilt.partitions, PARTITION_TIMELINE_SCHEMA)
+    return (
+        _typed(rebuilt.replicas, REPLICA_TIMELINE_SCHEMA),
+        _typed(rebuilt.partitions, PARTITION_TIMELINE_SCHEMA),
+        epoch_timeline(rebuilt),
+    )
 
 
 def _typed(frame: DataFrame, schema: T.StructType) -> DataFrame:
@@ -165,14 +199,16 @@ def rebuild_frames(events: DataFrame, scope: Scope = ()) -> Rebuilt:
     """The timelines with their order columns; `scope` names columns that split the events into histories folded
     apart (an instant, for the state at many instants in one job)."""
     partitions, topics = partition_timeline(events, scope)
-    return Rebuilt(replica_timeline(events, scope), partitions, topics)
+    replicas, epochs = replica_timeline(events, scope)
+    return Rebuilt(replicas, partitions, topics, epochs)
 
 
 # -- replicas ----------------------------------------------------------------------------------------------------
 
 
-def replica_timeline(events: DataFrame, scope: Scope = ()) -> DataFrame:
-    """One row per replica-changing event with the replica's state after it, and the REPLICA_ORDER columns."""
+def replica_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame, DataFrame]:
+    """(one row per replica-changing event with the replica's state after it, the REPLICA_ORDER columns and `_i`,
+    its index among its replica's rows; the epoch timeline by those indexes: see `_with_epochs`)."""
     rows = (
         events.where(F.col("type").isin(*_REPLICA_TYPES))
         .select(
@@ -235,8 +271,14 @@ def _with_log_start(rows: DataFrame, scope: Scope) -> DataFrame:
     return rows.withColumn("log_start_offset", F.least(first_set, F.min(lowered).over(running)))
 
 
-def _with_epochs(rows: DataFrame, scope: Scope) -> DataFrame:
-    """The epoch cache after each event: folded over the events that touch it, carried forward to the rest."""
+def _with_epochs(rows: DataFrame, scope: Scope) -> tuple[DataFrame, DataFrame]:
+    """(the replica rows, each with its index `_i` among its replica's rows; the epoch timeline: every entry the
+    replica's cache held, with the rows from which and until which it held it).
+
+    Each cache group (from a reset to the next) is one fold over only its operations, in its replica's order: the
+    accumulator holds the live entries, each with the index of the row that added it, and the entries each
+    operation removes leave it with that operation's index. A row's cache is then the entries whose interval covers
+    it, so no row carries the whole cache (whose size grows with the history) and no operation is folded twice."""
     kind, p = F.col("event_type"), F.col("p")
     operation = (
         F.when(kind == ev.LeaderEpochStarted.TYPE, _op(_ASSIGN, p.leader_epoch, p.start_offset))
@@ -244,25 +286,71 @@ def _with_epochs(rows: DataFrame, scope: Scope) -> DataFrame:
         .when(kind == ev.LeaderEpochsTruncated.TYPE, _op(_TRUNCATE_FROM_END, p.end_offset))
         .when(kind == ev.LogStartOffsetAdvanced.TYPE, _op(_TRUNCATE_FROM_START, p.log_start_offset))
     )
-    resets = kind == ev.LogOpened.TYPE
-    touches = operation.isNotNull() | (kind == ev.LogTruncated.TYPE) | resets | F.col("fresh")
-    marked = rows.withColumn("_op", operation).withColumn("_touches", touches)
-    group = Window.partitionBy(*scope, *REPLICA_KEY, "ep_group").orderBy(*REPLICA_ORDER)
-    running = group.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    initial = F.coalesce(F.first(F.when(resets, p.leader_epochs)).over(running), F.array().cast(EPOCHS_TYPE))
-    folded = F.aggregate(F.collect_list("_op").over(running), initial, _epoch_step)
-    # The events that touch the cache are few (epoch changes, truncations, openings): their fold is broadcast back
-    # to every row by the row's place, so the many others are neither copied nor sorted again.
-    keys = [*scope, *REPLICA_KEY, *REPLICA_ORDER]
-    touching = marked.where("_touches").withColumn("_epochs", folded).select(*keys, "_epochs")
     by_replica = Window.partitionBy(*scope, *REPLICA_KEY).orderBy(*REPLICA_ORDER)
-    carried = F.last("_epochs", ignorenulls=True).over(by_replica.rowsBetween(Window.unboundedPreceding, 0))
-    return (
-        marked.join(F.broadcast(touching), keys, "left")
-        .withColumn("epoch_entries", carried)
-        .withColumn("online", ~F.col("gone"))
-        .drop("_op", "_touches", "_epochs", "p")
+    marked = rows.withColumn("_i", F.row_number().over(by_replica).cast("long")).withColumn("_op", operation)
+    touching = marked.where(
+        F.col("_op").isNotNull() | (kind == ev.LogOpened.TYPE) | F.col("fresh") | (kind == ev.LogTruncated.TYPE)
     )
+    group_key = [*scope, *REPLICA_KEY, "ep_group"]
+    groups = touching.groupBy(*group_key).agg(
+        F.min("_i").alias("_first"),
+        F.min_by(F.when(kind == ev.LogOpened.TYPE, p.leader_epochs), "_i").alias("_initial"),
+        F.sort_array(F.collect_list(F.when(F.col("_op").isNotNull(), F.struct("_i", "_op")))).alias("_ops"),
+    )
+    next_group = Window.partitionBy(*scope, *REPLICA_KEY).orderBy("_first")
+    initial = F.transform(
+        F.coalesce(F.col("_initial"), F.array().cast(EPOCHS_TYPE)),
+        lambda x: F.struct(x[0].alias("e"), x[1].alias("s"), F.col("_first").alias("f")),
+    )
+    accumulator = F.struct(initial.alias("live"), F.array().cast(_INTERVALS_TYPE).alias("dead"))
+    folded = groups.select(
+        *group_key,
+        F.lead("_first").over(next_group).alias("_end"),
+        F.aggregate("_ops", accumulator, _epoch_step).alias("_cache"),
+    )
+    closed = F.transform(
+        F.col("_cache.live"),
+        lambda x: F.struct(x.e.alias("e"), x.s.alias("s"), x.f.alias("f"), F.col("_end").alias("t")),
+    )
+    intervals = folded.select(*scope, *REPLICA_KEY, F.explode(F.concat("_cache.dead", closed)).alias("_x")).select(
+        *scope,
+        *REPLICA_KEY,
+        F.col("_x.e").alias("leader_epoch"),
+        F.col("_x.s").alias("start_offset"),
+        F.col("_x.f").alias("_from"),
+        F.col("_x.t").alias("_until"),
+    )
+    replicas = marked.withColumn("online", ~F.col("gone")).drop("_op", "p")
+    return replicas, intervals.where(F.col("_until").isNull() | (F.col("_from") < F.col("_until")))
+
+
+def epoch_entries_at(replicas: DataFrame, epochs: DataFrame, scope: Scope = ()) -> DataFrame:
+    """`replicas` (rows with `_i`) with `epoch_entries`: the cache after each row, from the epoch timeline. Only for
+    a few rows per replica (a state at an instant): every row's would be the whole cache again and again."""
+    keys = [*scope, *REPLICA_KEY]
+    held = (
+        replicas.select(*keys, "_i")
+        .join(epochs, keys)
+        .where((F.col("_from") <= F.col("_i")) & (F.col("_until").isNull() | (F.col("_i") < F.col("_until"))))
+        .groupBy(*keys, "_i")
+        .agg(F.sort_array(F.collect_list(F.struct("start_offset", "leader_epoch"))).alias("_held"))
+    )
+    entries = F.transform(
+        F.coalesce(F.col("_held"), F.array().cast(T.ArrayType(_HELD_TYPE))),
+        lambda x: F.array(x.leader_epoch, x.start_offset),
+    )
+    return replicas.join(held, [*keys, "_i"], "left").withColumn("epoch_entries", entries).drop("_held")
+
+
+def epoch_timeline(rebuilt: Rebuilt) -> DataFrame:
+    """The epoch timeline with EPOCH_TIMELINE_SCHEMA's columns: each entry with the events it was held from and
+    until (none: still held at the end)."""
+    keys = list(REPLICA_KEY)
+    at = rebuilt.replicas.select(*keys, "_i", "event_id", "wall_ms")
+    since = at.withColumnsRenamed({"_i": "_from", "event_id": "from_event_id", "wall_ms": "from_wall_ms"})
+    until = at.withColumnsRenamed({"_i": "_until", "event_id": "until_event_id", "wall_ms": "until_wall_ms"})
+    joined = rebuilt.epochs.join(since, [*keys, "_from"]).join(until, [*keys, "_until"], "left")
+    return _typed(joined, EPOCH_TIMELINE_SCHEMA)
 
 
 def _op(kind: int, a: Column, b: Column | None = None) -> Column:
@@ -271,38 +359,40 @@ def _op(kind: int, a: Column, b: Column | None = None) -> Column:
     )
 
 
-def _epoch_step(entries: Column, op: Column) -> Column:
-    """One of LeaderEpochFileCache's mutators (`hightide.audit.epochs`) on an array of [epoch, start offset]."""
-    return (
-        F.when(op.kind == _ASSIGN, _assign(entries, op.a, op.b))
-        .when(op.kind == _TRUNCATE_FROM_END, _truncate_from_end(entries, op.a))
-        .otherwise(_truncate_from_start(entries, op.a))
-    )
+def _epoch_step(cache: Column, step: Column) -> Column:
+    """One of LeaderEpochFileCache's mutators (`hightide.audit.epochs`) on the live entries (e, s, f: the row that
+    added it); the entries it removes join `dead` with t, the operation's row."""
+    live, op, at = cache.live, step._op, step._i
 
+    def removing(kept: Column, removed: Column) -> Column:
+        ended = F.transform(removed, lambda x: F.struct(x.e.alias("e"), x.s.alias("s"), x.f.alias("f"), at.alias("t")))
+        return F.struct(kept.alias("live"), F.concat(cache.dead, ended).alias("dead"))
 
-def _assign(entries: Column, epoch: Column, start: Column) -> Column:
-    """Unchanged for a negative entry (Kafka refuses it) or a later batch of the latest epoch; else the entries from
-    the end that would break the order go (maybeTruncateNonMonotonicEntries) and (epoch, start) is appended."""
-    latest = F.try_element_at(entries, F.lit(-1))
-    unchanged = (epoch < 0) | (start < 0) | (latest.isNotNull() & (latest[0] == epoch) & (start >= latest[1]))
+    # assign: unchanged for a negative entry (Kafka refuses it) or a later batch of the latest epoch; else the entries
+    # from the end that would break the order go (maybeTruncateNonMonotonicEntries) and (epoch, start) is appended.
+    epoch, start = op.a, op.b
+    latest = F.try_element_at(live, F.lit(-1))
+    same = (epoch < 0) | (start < 0) | (latest.isNotNull() & (latest.e == epoch) & (start >= latest.s))
     # Entries are dropped from the end while epoch >= e or start >= s: the kept prefix ends at the last that passes.
     kept = F.coalesce(
-        F.array_max(F.transform(entries, lambda x, i: F.when((x[0] < epoch) & (x[1] < start), i + 1).otherwise(0))),
+        F.array_max(F.transform(live, lambda x, i: F.when((x.e < epoch) & (x.s < start), i + 1).otherwise(0))),
         F.lit(0),
     )
-    appended = F.concat(F.slice(entries, F.lit(1), kept), F.array(F.array(epoch, start)))
-    return F.when(unchanged, entries).otherwise(appended)
-
-
-def _truncate_from_end(entries: Column, end_offset: Column) -> Column:
-    return F.when(end_offset < 0, entries).otherwise(F.filter(entries, lambda x: x[1] < end_offset))
-
-
-def _truncate_from_start(entries: Column, start_offset: Column) -> Column:
-    removed = F.filter(entries, lambda x: x[1] <= start_offset)
-    moved = F.array(F.array(F.try_element_at(removed, F.lit(-1))[0], start_offset))
-    kept = F.concat(moved, F.filter(entries, lambda x: x[1] > start_offset))
-    return F.when((start_offset < 0) | (F.size(removed) == 0), entries).otherwise(kept)
+    added = F.array(F.struct(epoch.alias("e"), start.alias("s"), at.alias("f")))
+    assigned = removing(F.concat(F.slice(live, 1, kept), added), F.slice(live, kept + 1, F.size(live) - kept))
+    # truncate_from_end: the entries at or above the end offset go.
+    end = op.a
+    from_end = removing(F.filter(live, lambda x: x.s < end), F.filter(live, lambda x: x.s >= end))
+    # truncate_from_start: the entries at or below the new start go, the last of them staying with its start moved.
+    removed = F.filter(live, lambda x: x.s <= op.a)
+    moved = F.array(F.struct(F.try_element_at(removed, F.lit(-1)).e.alias("e"), op.a.alias("s"), at.alias("f")))
+    from_start = removing(F.concat(moved, F.filter(live, lambda x: x.s > op.a)), removed)
+    return (
+        F.when((op.kind == _ASSIGN) & ~same, assigned)
+        .when((op.kind == _TRUNCATE_FROM_END) & (end >= 0), from_end)
+        .when((op.kind == _TRUNCATE_FROM_START) & (op.a >= 0) & (F.size(removed) > 0), from_start)
+        .otherwise(cache)
+    )
 
 
 # -- partitions --------------------------------------------------------------------------------------------------
@@ -423,19 +513,18 @@ def partition_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame,
 def final_states(rebuilt: Rebuilt, scope: Scope = ()) -> tuple[DataFrame, DataFrame]:
     """(each live replica's state after all the events, each live partition's): the last timeline rows."""
     last_replica = Window.partitionBy(*scope, *REPLICA_KEY).orderBy(*[F.col(c).desc() for c in REPLICA_ORDER])
-    replicas = (
-        rebuilt.replicas.withColumn("_n", F.row_number().over(last_replica))
-        .where((F.col("_n") == 1) & F.col("online"))
-        .select(
-            *scope,
-            *REPLICA_KEY,
-            "log_start_offset",
-            "log_end_offset",
-            "high_watermark",
-            "epoch_entries",
-            "wall_ms",
-            "event_id",
-        )
+    last_rows = rebuilt.replicas.withColumn("_n", F.row_number().over(last_replica)).where(
+        (F.col("_n") == 1) & F.col("online")
+    )
+    replicas = epoch_entries_at(last_rows, rebuilt.epochs, scope).select(
+        *scope,
+        *REPLICA_KEY,
+        "log_start_offset",
+        "log_end_offset",
+        "high_watermark",
+        "epoch_entries",
+        "wall_ms",
+        "event_id",
     )
     last_change = Window.partitionBy(*scope, *PARTITION_KEY).orderBy(F.col("metadata_order").desc())
     live = rebuilt.topics.where(~F.col("deleted")).select(*scope, "topic", F.col("life").alias("_life"))

@@ -11,8 +11,9 @@ hightide history snapshot --lake DIR [--master URL]
 ```
 
 TIMESTAMP is ISO-8601 (a time without a zone is UTC) or milliseconds since the epoch; the instant holds the events
-with wall_ms <= it. `--out DIR` writes the full timelines up to the instant as Parquet: DIR/replicas and
-DIR/partitions (`hightide.history.rebuild.REPLICA_TIMELINE_SCHEMA`, `PARTITION_TIMELINE_SCHEMA`).
+with wall_ms <= it. `--out DIR` writes the full timelines up to the instant as Parquet: DIR/replicas,
+DIR/partitions and DIR/epochs (`hightide.history.rebuild.REPLICA_TIMELINE_SCHEMA`, `PARTITION_TIMELINE_SCHEMA`,
+`EPOCH_TIMELINE_SCHEMA`).
 """
 
 from __future__ import annotations
@@ -184,19 +185,21 @@ def render(state: dict[str, Any]) -> str:
 
 
 def write_timelines(spark: SparkSession, lake: Path, at_ms: int, out: Path) -> None:
-    """The full timelines up to `at_ms` (a replay from the beginning) as Parquet: out/replicas, out/partitions."""
+    """The full timelines up to `at_ms` (a replay from the beginning) as Parquet: out/replicas, out/partitions and
+    out/epochs (each leader epoch cache entry with the events from and until which its replica held it)."""
     from pyspark import StorageLevel  # noqa: PLC0415 (as above)
     from pyspark.sql import functions as F  # noqa: PLC0415
 
-    from hightide.history.rebuild import timelines  # noqa: PLC0415
+    from hightide.history.rebuild import all_timelines  # noqa: PLC0415
     from hightide.history.snapshot import lake_files, ordered_with_starts, read_rows  # noqa: PLC0415
 
     parts = [part for hour, found in lake_files(lake).items() if hour <= at_ms // HOUR_MS for part in found]
     rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
     events = ordered_with_starts(rows, None).persist(StorageLevel.MEMORY_AND_DISK)  # read and ordered once
-    replicas, partitions = timelines(events)
+    replicas, partitions, epochs = all_timelines(events)
     replicas.write.mode("overwrite").parquet(str(out / "replicas"))
     partitions.write.mode("overwrite").parquet(str(out / "partitions"))
+    epochs.write.mode("overwrite").parquet(str(out / "epochs"))
     events.unpersist()
 
 
