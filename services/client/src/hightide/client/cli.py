@@ -210,7 +210,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     """Each run's cluster lives under <data-dir>/demo/ (its own directory and nats-server port)."""
     chosen = args.scenario or ["all"]
     scenarios = list(demo.SCENARIOS) if "all" in chosen else list(dict.fromkeys(chosen))
-    return demo.run_demo(scenarios, args.data_dir.resolve() / "demo")
+    return demo.run_demo(scenarios, args.data_dir.resolve() / "demo", nats_url=args.nats_url)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

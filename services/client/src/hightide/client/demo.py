@@ -1,11 +1,13 @@
 """`hightide demo`: real local clusters driven through real process faults, then the history audited.
 
 Room: services/client. It owns the demo's schedules and nothing of the protocol: every cluster is a `LocalCluster`
-of its own (its own directory under `<data-dir>/demo/`, its own nats-server port), faults are signals to the
-service processes (kill -9, SIGSTOP), and everything it observes it reads as a user would: `hightide` commands
-in processes of their own (`produce --print-acks`, `consume`, `topic describe`, `cluster status`, `events
-export`), the brokers' log lines and HW checkpoint files. The audit and the report are `hightide history audit`
-and `hightide history report` run the same way (`audit_run`, `report_run`): the demo only shows their verdict.
+of its own (its own directory under `<data-dir>/demo/`, its own nats-server port; or, with `--nats-url`, a NATS
+server the user runs, each cluster under a cluster id of its own whose streams are deleted after it), faults are
+signals to the service processes (kill -9, SIGSTOP), and everything it observes it reads as a user would:
+`hightide` commands in processes of their own (`produce --print-acks`, `consume`, `topic describe`, `cluster
+status`, `events export`), the brokers' log lines and HW checkpoint files. The audit and the report are `hightide
+history audit` and `hightide history report` run the same way (`audit_run`, `report_run`): the demo only shows
+their verdict.
 
 Scenarios:
 
@@ -31,6 +33,7 @@ Every wait polls a condition against a deadline; every run stops its processes i
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -39,12 +42,17 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO, TypeVar
 
+import nats.errors
+from nats.aio.client import Client
+
 from hightide.client.local_cluster import ClusterError, LocalCluster, pid_alive, stop_process
+from hightide.runtime.nats import NatsUnavailable, connect, nats_settings
 from hightide.storage.checkpoint import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile, TopicPartition
 
 SCENARIOS: Final = ("kip101", "failover")
@@ -348,20 +356,80 @@ def log_size(cluster: LocalCluster, name: str) -> int:
 
 @contextlib.contextmanager
 def running_cluster(
-    directory: Path, progress: Progress, *, brokers: int, config: Sequence[str], cluster_id: str
+    directory: Path,
+    progress: Progress,
+    *,
+    brokers: int,
+    config: Sequence[str],
+    cluster_id: str,
+    nats_url: str | None = None,
 ) -> Iterator[LocalCluster]:
-    """A fresh local cluster in `directory`, stopped in every case when the block ends."""
+    """A fresh local cluster in `directory`, stopped in every case when the block ends. With `nats_url` it runs on
+    that NATS server instead of a nats-server of its own, under a cluster id no other run shares, and its streams
+    are deleted from that server at the end (the lake keeps the history)."""
     if directory.exists():
         shutil.rmtree(directory)
     cluster = LocalCluster(directory)
+    if nats_url is not None:
+        reachable(nats_url)
+        cluster_id = f"{cluster_id}-{uuid.uuid4().hex[:8]}"
+    starting = f"start nats-server, a controller and {brokers} brokers in {directory}"
+    if nats_url is not None:
+        starting = f"start a controller and {brokers} brokers in {directory} on NATS at {nats_url}"
     try:
-        with progress.step(f"start nats-server, a controller and {brokers} brokers in {directory}") as seen:
-            state = cluster.up(brokers=brokers, controllers=1, cluster_id=cluster_id, config=list(config))
+        with progress.step(starting) as seen:
+            state = cluster.up(
+                brokers=brokers, controllers=1, cluster_id=cluster_id, config=list(config), nats_url=nats_url
+            )
             ready = wait_for(lambda: len(unfenced(cluster)) == brokers, READY_S, f"{brokers} unfenced brokers")
             seen.append(f"{state.nats_url}, {brokers} brokers registered and unfenced" if ready else "")
         yield cluster
     finally:
         tear_down(cluster)
+        if nats_url is not None:
+            delete_streams(nats_url, cluster_id)
+
+
+def reachable(nats_url: str) -> None:
+    """DemoError unless a NATS server with JetStream answers at `nats_url` (before any process is started)."""
+
+    async def probe() -> None:
+        nc = await _connect(nats_url)
+        try:
+            await nc.jetstream().account_info()
+        finally:
+            await nc.close()
+
+    try:
+        asyncio.run(probe())
+    except NatsUnavailable as error:
+        raise DemoError(str(error)) from None
+    except (nats.errors.Error, TimeoutError) as error:
+        raise DemoError(f"NATS at {nats_url} has no JetStream: {error or type(error).__name__}") from None
+
+
+async def _connect(nats_url: str) -> Client:
+    return await connect(nats_settings({}, url=nats_url, name="hightide-demo"))
+
+
+def delete_streams(nats_url: str, cluster_id: str) -> list[str]:
+    """Delete the JetStream streams (key-value buckets included) of one cluster id from a NATS server: the names
+    `hightide.protocol.subjects` gives them all begin with HT_<cluster id>_. Returns the names deleted."""
+    return asyncio.run(_delete_streams(nats_url, cluster_id))
+
+
+async def _delete_streams(nats_url: str, cluster_id: str) -> list[str]:
+    prefixes = (f"HT_{cluster_id}_", f"KV_HT_{cluster_id}_")
+    nc = await _connect(nats_url)
+    try:
+        js = nc.jetstream()
+        names = [info.config.name for info in await js.streams_info()]
+        mine = [name for name in names if name is not None and name.startswith(prefixes)]
+        for name in mine:
+            await js.delete_stream(name)
+        return mine
+    finally:
+        await nc.close()
 
 
 def tear_down(cluster: LocalCluster) -> None:
@@ -411,7 +479,13 @@ def archive_and_audit(cluster: LocalCluster, result: RunResult, progress: Progre
 # -- kip101 --------------------------------------------------------------------------------------------------------
 
 
-def run_kip101(base: Path, legacy: bool, progress: Progress, attempts_max: int = KIP101_ATTEMPTS_MAX) -> RunResult:
+def run_kip101(
+    base: Path,
+    legacy: bool,
+    progress: Progress,
+    attempts_max: int = KIP101_ATTEMPTS_MAX,
+    nats_url: str | None = None,
+) -> RunResult:
     """The KIP-101 schedule, on a fresh cluster per attempt, until the legacy run loses an acknowledged record (the
     epoch run: until it completes); at most `attempts_max` attempts, the last one's DemoError propagates."""
     mode = "legacy" if legacy else "epochs"
@@ -420,7 +494,12 @@ def run_kip101(base: Path, legacy: bool, progress: Progress, attempts_max: int =
         result = RunResult("kip101", mode, base / f"kip101-{mode}-{attempt}", attempts=attempt)
         config = [*cluster_config(KIP101_SESSION_TIMEOUT_MS), *([LEGACY] if legacy else [])]
         with running_cluster(
-            result.directory / "cluster", progress, brokers=2, config=config, cluster_id=f"kip101-{mode}"
+            result.directory / "cluster",
+            progress,
+            brokers=2,
+            config=config,
+            cluster_id=f"kip101-{mode}",
+            nats_url=nats_url,
         ) as cluster:
             try:
                 result.race = _kip101_schedule(cluster, result, progress)
@@ -562,7 +641,7 @@ def _ground_truth(result: RunResult) -> str:
 # -- failover ------------------------------------------------------------------------------------------------------
 
 
-def run_failover(base: Path, progress: Progress) -> RunResult:
+def run_failover(base: Path, progress: Progress, nats_url: str | None = None) -> RunResult:
     """kill -9 of the leader under an acks=all producer; every acknowledged record read back; audit and report."""
     progress.say("failover: a leader killed under an acks=all producer")
     result = RunResult("failover", "epochs", base / "failover")
@@ -572,6 +651,7 @@ def run_failover(base: Path, progress: Progress) -> RunResult:
         brokers=3,
         config=cluster_config(SESSION_TIMEOUT_MS),
         cluster_id="failover",
+        nats_url=nats_url,
     ) as cluster:
         topic = FAILOVER_TOPIC
         with progress.step(f"create {topic}: RF=3, min.insync.replicas=2") as seen:
@@ -676,18 +756,19 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # unwinds through every run's `finally`, which stops its cluster
 
 
-def run_demo(scenarios: Sequence[str], base: Path, out: TextIO = sys.stdout) -> int:
-    """Run the scenarios; 0 when each one's ground truth and audit are as promised, 1 otherwise."""
+def run_demo(scenarios: Sequence[str], base: Path, out: TextIO = sys.stdout, nats_url: str | None = None) -> int:
+    """Run the scenarios; 0 when each one's ground truth and audit are as promised, 1 otherwise. With `nats_url`
+    every cluster runs on that NATS server (see `running_cluster`) instead of a nats-server of its own."""
     progress = Progress(out)
     results: list[RunResult] = []
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         for scenario in scenarios:
             if scenario == "kip101":
-                results.append(run_kip101(base, legacy=True, progress=progress))
-                results.append(run_kip101(base, legacy=False, progress=progress))
+                results.append(run_kip101(base, legacy=True, progress=progress, nats_url=nats_url))
+                results.append(run_kip101(base, legacy=False, progress=progress, nats_url=nats_url))
             else:
-                results.append(run_failover(base, progress))
+                results.append(run_failover(base, progress, nats_url=nats_url))
     except (DemoError, ClusterError) as error:
         summary(results, out)
         print(f"hightide demo: {error}", file=sys.stderr)
