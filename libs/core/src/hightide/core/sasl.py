@@ -359,6 +359,8 @@ class SaslAuthenticator:
     def on_handshake(self, mechanism: str, version: int, server_nonce: str) -> bool:
         """SaslHandshake: True when the mechanism is enabled (answer NONE); False: UNSUPPORTED_SASL_MECHANISM,
         then close."""
+        if self.state is SaslState.AUTHENTICATE:
+            self.on_other_request("SASL_HANDSHAKE")  # Kafka: only SaslAuthenticate during the token exchange
         if self.state not in (SaslState.HANDSHAKE_OR_VERSIONS, SaslState.HANDSHAKE):
             raise self._illegal(f"Unexpected SaslHandshake request during SASL state {self.state.value}")
         if mechanism not in self.enabled_mechanisms:
