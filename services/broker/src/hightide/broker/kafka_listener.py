@@ -66,7 +66,6 @@ def listener_config(props: dict[str, str], socket_request_max_bytes: int) -> Lis
     if "," in listeners:
         raise ConfigError(f"Invalid value {listeners} for configuration listeners: one listener is served")
     listener_name, host, port = _named_endpoint("listeners", listeners)
-    security = listener_security(props, listener_name)
     advertised = props.get("advertised.listeners", "").strip()
     adv_name, adv_host, adv_port = (
         _named_endpoint("advertised.listeners", advertised) if advertised else (listener_name, host, 0)
@@ -75,6 +74,7 @@ def listener_config(props: dict[str, str], socket_request_max_bytes: int) -> Lis
         raise ConfigError(f"advertised.listeners names {adv_name}, which is not in listeners ({listener_name})")
     if not adv_host or adv_host == "0.0.0.0":
         raise ConfigError("advertised.listeners must name a host clients can reach")
+    security = listener_security(props, listener_name)
     if security.security_protocol == PLAINTEXT:
         return ListenerConfig(host, port, adv_host, adv_port, socket_request_max_bytes)
     return ListenerConfig(host, port, adv_host, adv_port, socket_request_max_bytes, security)

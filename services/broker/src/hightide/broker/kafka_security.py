@@ -208,6 +208,8 @@ def _load_keystore(context: ssl.SSLContext, get: Any, listener_name: str, protoc
     password = get("ssl.key.password")
     location, chain, key = get("ssl.keystore.location"), get("ssl.keystore.certificate.chain"), get("ssl.keystore.key")
     if location:
+        if not Path(location).is_file():
+            raise ConfigError(f"ssl.keystore.location {location}: no such file")
         context.load_cert_chain(location, password=password)
         return
     if not (chain and key):
@@ -229,6 +231,8 @@ def _load_truststore(context: ssl.SSLContext, get: Any) -> None:
     if truststore_type != "PEM":
         raise ConfigError(f"ssl.truststore.type {truststore_type} is not served: use ssl.truststore.type=PEM")
     if get("ssl.truststore.location"):
+        if not Path(get("ssl.truststore.location")).is_file():
+            raise ConfigError(f"ssl.truststore.location {get('ssl.truststore.location')}: no such file")
         context.load_verify_locations(cafile=get("ssl.truststore.location"))
     elif get("ssl.truststore.certificates"):
         context.load_verify_locations(cadata=get("ssl.truststore.certificates"))
