@@ -142,7 +142,8 @@ def parse_request(frame: bytes) -> Request:
         schema = load_request_schema(api_key, api_version)
         # Bytes after the body are ignored, as Kafka's parseRequest ignores them (librdkafka's Metadata v12 has 3).
         body, _ = entity_reader(schema)(view[offset:], 0)
-    except (SerialError, ValueError, TypeError, UnicodeDecodeError, OverflowError) as error:
+    except (SerialError, ValueError, TypeError, UnicodeDecodeError, OverflowError, KeyError) as error:
+        # KeyError: kio refuses a tagged field it does not know (Kafka would keep it as unknown; here it closes)
         raise UnservedRequest(f"api key {api_key} version {api_version}: {error}") from None
     return Request(api_key, api_version, correlation_id, header.client_id, body)
 
