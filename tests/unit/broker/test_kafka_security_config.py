@@ -5,6 +5,7 @@ setting; the command line exits 2 on bad input."""
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import subprocess
 import sys
@@ -192,3 +193,50 @@ def test_scram_credentials_refuses_bad_input_with_exit_2_and_no_secret(
     stderr = capsys.readouterr().err
     assert stderr.count("\n") == 1 and "Traceback" not in stderr and "secret-pw" not in stderr
     assert not (tmp_path / "users.txt").exists()
+
+
+# -- the TLS context a listener serves with (a real TLS handshake on a local socket) ----------------------------------
+
+
+async def _handshake(security_context: ssl.SSLContext, client: ssl.SSLContext) -> bytes:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"ok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=security_context)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port, ssl=client), 30)
+        data = await asyncio.wait_for(reader.read(2), 30)
+        writer.close()
+        return data
+    finally:
+        server.close()
+
+
+def test_client_auth_required_admits_a_certificate_from_the_truststore_only(pki: Pki) -> None:
+    props = {
+        "ssl.keystore.location": str(pki.server_pem),
+        "ssl.client.auth": "required",
+        "ssl.truststore.location": str(pki.ca_cert),
+    }
+    context = listener_security(props, "SSL").ssl_context
+    assert context is not None
+    with_certificate = ssl.create_default_context(cafile=str(pki.ca_cert))
+    with_certificate.load_cert_chain(pki.client_cert, pki.client_key)
+    assert asyncio.run(_handshake(context, with_certificate)) == b"ok"
+    without = ssl.create_default_context(cafile=str(pki.ca_cert))
+    try:  # TLS 1.3: the server refuses after the client's handshake ends, so the client sees an error or an EOF
+        refused = asyncio.run(_handshake(context, without))
+    except (ssl.SSLError, ConnectionError):
+        refused = b""
+    assert refused == b""
+
+
+def test_a_client_that_does_not_trust_the_ca_is_refused_by_its_own_check(pki: Pki) -> None:
+    context = listener_security({"ssl.keystore.location": str(pki.server_pem)}, "SSL").ssl_context
+    assert context is not None
+    assert asyncio.run(_handshake(context, ssl.create_default_context(cafile=str(pki.ca_cert)))) == b"ok"
+    with pytest.raises(ssl.SSLCertVerificationError):
+        asyncio.run(_handshake(context, ssl.create_default_context()))
