@@ -26,7 +26,7 @@ from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records
 
-from hightide.protocol import kafka, wire
+from hightide.protocol import kafka, kafka_sasl, wire
 from hightide.protocol.errors import ErrorCode
 
 
@@ -264,6 +264,11 @@ def _answers() -> dict[int, Any]:
         kafka.CREATE_PARTITIONS: lambda r: kafka.create_partitions_response(r, [("t", 0, "")]),
         kafka.ELECT_LEADERS: lambda r: kafka.elect_leaders_response(
             r, wire.ElectLeadersResponse(results=(wire.ElectionResult(topic="t", partition=0, error=84),))
+        ),
+        # SASL (issue 15, security)
+        kafka.SASL_HANDSHAKE: lambda r: kafka_sasl.handshake_response(r, ErrorCode.NONE, ("PLAIN", "SCRAM-SHA-512")),
+        kafka.SASL_AUTHENTICATE: lambda r: kafka_sasl.authenticate_response(
+            r, ErrorCode.SASL_AUTHENTICATION_FAILED, "m", b"token", 5
         ),
     }
 

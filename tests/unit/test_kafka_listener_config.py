@@ -36,7 +36,7 @@ def test_listeners_and_advertised_listeners() -> None:
 @pytest.mark.parametrize(
     "props",
     [
-        {"listeners": "SASL_SSL://127.0.0.1:9092"},  # a later slice: security on the listener
+        {"listeners": "SASL_SSL://127.0.0.1:9092"},  # no sasl.enabled.mechanisms, no keystore
         {"listeners": "127.0.0.1:9092"},
         {"listeners": "PLAINTEXT://127.0.0.1:port"},
         {"listeners": "PLAINTEXT://127.0.0.1:70000"},

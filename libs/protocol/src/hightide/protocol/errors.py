@@ -93,6 +93,10 @@ class ErrorCode(IntEnum):
     NEW_LEADER_ELECTED = 108
     OFFSET_MOVED_TO_TIERED_STORAGE = 109
     FENCED_MEMBER_EPOCH = 110
+    # SASL on the Kafka listener (issue 15, security)
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
+    SASL_AUTHENTICATION_FAILED = 58
 
     @property
     def retriable(self) -> bool:

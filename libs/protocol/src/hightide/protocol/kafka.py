@@ -60,6 +60,8 @@ DESCRIBE_CLUSTER: Final = 60
 DESCRIBE_CONFIGS: Final = 32
 CREATE_PARTITIONS: Final = 37
 ELECT_LEADERS: Final = 43
+SASL_HANDSHAKE: Final = 17  # issue 15, security (kafka_sasl)
+SASL_AUTHENTICATE: Final = 36
 
 SERVED: Final[dict[int, tuple[int, int]]] = {
     PRODUCE: (3, 9),  # v3: record batches (magic 2); v9: flexible, topics by name
@@ -75,6 +77,9 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     DESCRIBE_CONFIGS: (1, 4),
     CREATE_PARTITIONS: (0, 3),
     ELECT_LEADERS: (0, 2),
+    # SASL (issue 15, security): served on every listener, as Kafka advertises them; see kafka_sasl
+    SASL_HANDSHAKE: (0, 1),
+    SASL_AUTHENTICATE: (0, 2),
 }
 """API key -> (min, max) version this listener serves and ApiVersions advertises. The group APIs are a later
 slice: not advertised, and answered as Kafka answers a key it does not serve."""
@@ -137,7 +142,8 @@ def parse_request(frame: bytes) -> Request:
         schema = load_request_schema(api_key, api_version)
         # Bytes after the body are ignored, as Kafka's parseRequest ignores them (librdkafka's Metadata v12 has 3).
         body, _ = entity_reader(schema)(view[offset:], 0)
-    except (SerialError, ValueError, TypeError, UnicodeDecodeError, OverflowError) as error:
+    except (SerialError, ValueError, TypeError, UnicodeDecodeError, OverflowError, KeyError) as error:
+        # KeyError: kio refuses a tagged field it does not know (Kafka would keep it as unknown; here it closes)
         raise UnservedRequest(f"api key {api_key} version {api_version}: {error}") from None
     return Request(api_key, api_version, correlation_id, header.client_id, body)
 
@@ -630,6 +636,11 @@ def error_response(request: Request, error: ErrorCode, message: str) -> Any:
         DESCRIBE_CONFIGS: lambda: describe_configs_response(
             request,
             [(r.resource_type, r.resource_name, int(error), message, []) for r in request.body.resources],
+        ),
+        # SASL (issue 15, security)
+        SASL_HANDSHAKE: lambda: make(response_schema(request), error_code=error, mechanisms=()),
+        SASL_AUTHENTICATE: lambda: make(
+            response_schema(request), error_code=error, error_message=message, auth_bytes=b""
         ),
     }
     return empty[request.api_key]()

@@ -16,6 +16,7 @@ from hightide.runtime.nats import NATS_CONFIG_NAMES
 __all__ = [
     "BROKER_CONFIG_NAMES",
     "KAFKA_LISTENER_CONFIG_NAMES",
+    "KAFKA_SECURITY_CONFIG_NAMES",
     "CONTROLLER_CONFIG_NAMES",
     "EVENTS_CONFIG_NAMES",
     "GROUP_CONFIG_NAMES",
@@ -82,8 +83,45 @@ KAFKA_LISTENER_CONFIG_NAMES: Final = frozenset({"listeners", "advertised.listene
 # The event store (every service): the EVENTS stream's replicas and retention, used when a service creates it.
 EVENTS_CONFIG_NAMES: Final = frozenset({"events.stream.replicas", "events.retention.ms"})
 
-SERVER_CONFIG_NAMES: Final = (
-    LOG_CONFIG_NAMES
+# The Kafka listener's security (issue 15, security): Kafka's names, each also as listener.name.<listener>.<name>,
+# and the PLAIN users' listener.name.<listener>.plain.sasl.jaas.config (see hightide.broker.kafka_security).
+KAFKA_SECURITY_CONFIG_NAMES: Final = frozenset(
+    {
+        "listener.security.protocol.map",
+        "sasl.enabled.mechanisms",
+        "sasl.server.max.receive.size",
+        "connection.failed.authentication.delay.ms",
+        "sasl.scram.credentials.file",  # Hightide's: Kafka keeps SCRAM credentials in its metadata log
+        "ssl.keystore.type",
+        "ssl.keystore.location",
+        "ssl.keystore.certificate.chain",
+        "ssl.keystore.key",
+        "ssl.key.password",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.truststore.certificates",
+        "ssl.client.auth",
+        "ssl.enabled.protocols",
+        "ssl.cipher.suites",
+    }
+)
+
+
+class ServerConfigNames(frozenset[str]):
+    """The known names, and Kafka's listener-scoped forms of the security ones (the listener's name is free)."""
+
+    def __contains__(self, name: object) -> bool:
+        if super().__contains__(name):
+            return True
+        if not isinstance(name, str) or not name.startswith("listener.name."):
+            return False
+        scoped = name.removeprefix("listener.name.").partition(".")[2]
+        return scoped in KAFKA_SECURITY_CONFIG_NAMES or scoped == "plain.sasl.jaas.config"
+
+
+SERVER_CONFIG_NAMES: Final = ServerConfigNames(
+    KAFKA_SECURITY_CONFIG_NAMES  # issue 15, security
+    | LOG_CONFIG_NAMES
     | CONTROLLER_CONFIG_NAMES
     | BROKER_CONFIG_NAMES
     | GROUP_CONFIG_NAMES

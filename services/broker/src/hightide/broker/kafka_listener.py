@@ -1,7 +1,8 @@
 """The broker's Kafka wire-protocol listener: Kafka clients' second front door to the same replica manager.
 
 Room: services/broker (wiring; issue 15). This module owns the TCP side only: `listeners` and
-`advertised.listeners` (Kafka's names; PLAINTEXT only in this slice), reading 4-byte-size frames (a size over
+`advertised.listeners` (Kafka's names; one listener, of any of Kafka's four security protocols: TLS and the SASL
+step before dispatch are `kafka_security`'s), reading 4-byte-size frames (a size over
 `socket.request.max.bytes` or negative closes the connection, as Kafka's `NetworkReceive`), one request at a time
 per connection in order (Kafka mutes a connection until its answer is sent), and writing answers. What a request
 means is `hightide.protocol.kafka` (the codec and the translation to internal requests); what it does is the
@@ -21,8 +22,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
 
+from hightide.broker.kafka_security import ConnectionAuthenticator, ListenerSecurity, listener_security
 from hightide.core import topic_configs
-from hightide.protocol import kafka, wire
+from hightide.protocol import kafka, kafka_sasl, wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.subjects import BrokerApi, ControllerApi
 from hightide.runtime.config import ConfigError
@@ -41,34 +43,41 @@ class ListenerConfig:
     advertised_host: str
     advertised_port: int  # 0: the port bound
     socket_request_max_bytes: int = kafka.SOCKET_REQUEST_MAX_BYTES_DEFAULT
+    security: ListenerSecurity | None = None  # None: PLAINTEXT (issue 15, security)
 
 
-def _endpoint(name: str, value: str) -> tuple[str, int]:
-    protocol, sep, rest = value.partition("://")
-    if not sep or ":" not in rest:
-        raise ConfigError(f"Invalid value {value} for configuration {name}: expected PLAINTEXT://host:port")
-    if protocol.upper() != PLAINTEXT:
-        raise ConfigError(f"Invalid value {value} for configuration {name}: only PLAINTEXT listeners are served")
+def _named_endpoint(name: str, value: str) -> tuple[str, str, int]:
+    """(listener name, host, port) of `NAME://host:port`; the name's protocol is listener.security.protocol.map's."""
+    listener_name, sep, rest = value.partition("://")
+    if not sep or ":" not in rest or not listener_name.replace("_", "").isalnum():
+        raise ConfigError(f"Invalid value {value} for configuration {name}: expected NAME://host:port")
     host, _, port = rest.rpartition(":")
     if not port.isdigit() or int(port) > 65_535:
         raise ConfigError(f"Invalid value {value} for configuration {name}: bad port")
-    return host.strip("[]"), int(port)
+    return listener_name.upper(), host.strip("[]"), int(port)
 
 
 def listener_config(props: dict[str, str], socket_request_max_bytes: int) -> ListenerConfig | None:
     """The Kafka listener from `listeners` / `advertised.listeners` (None when `listeners` is not set: a broker
-    without a Kafka listener). One PLAINTEXT listener in this slice."""
+    without a Kafka listener). One listener; its security from `listener.security.protocol.map` and the rest."""
     listeners = props.get("listeners", "").strip()
     if not listeners:
         return None
     if "," in listeners:
         raise ConfigError(f"Invalid value {listeners} for configuration listeners: one listener is served")
-    host, port = _endpoint("listeners", listeners)
+    listener_name, host, port = _named_endpoint("listeners", listeners)
     advertised = props.get("advertised.listeners", "").strip()
-    adv_host, adv_port = _endpoint("advertised.listeners", advertised) if advertised else (host, 0)
+    adv_name, adv_host, adv_port = (
+        _named_endpoint("advertised.listeners", advertised) if advertised else (listener_name, host, 0)
+    )
+    if adv_name != listener_name:
+        raise ConfigError(f"advertised.listeners names {adv_name}, which is not in listeners ({listener_name})")
     if not adv_host or adv_host == "0.0.0.0":
         raise ConfigError("advertised.listeners must name a host clients can reach")
-    return ListenerConfig(host, port, adv_host, adv_port, socket_request_max_bytes)
+    security = listener_security(props, listener_name)
+    if security.security_protocol == PLAINTEXT:
+        return ListenerConfig(host, port, adv_host, adv_port, socket_request_max_bytes)
+    return ListenerConfig(host, port, adv_host, adv_port, socket_request_max_bytes, security)
 
 
 class KafkaListener:
@@ -86,7 +95,9 @@ class KafkaListener:
         return f"{self.config.advertised_host}:{self.config.advertised_port or self.port}"
 
     async def start(self) -> None:
-        self.server = await asyncio.start_server(self._connection, self.config.host, self.config.port)
+        security = self.config.security
+        tls = None if security is None else security.ssl_context
+        self.server = await asyncio.start_server(self._connection, self.config.host, self.config.port, ssl=tls)
         self.port = self.server.sockets[0].getsockname()[1]
         self.service.log.info("kafka_listener_started", listener=f"{self.config.host}:{self.port}")
 
@@ -104,17 +115,30 @@ class KafkaListener:
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        security = self.config.security
+        auth = ConnectionAuthenticator(security, self.log, str(peer)) if security and security.uses_sasl else None
         try:
             while True:
+                authenticating = auth is not None and not auth.complete
                 try:
                     prefix = await reader.readexactly(4)
-                    size = kafka.frame_size(prefix, self.config.socket_request_max_bytes)
+                    limit = auth.max_receive_size if auth is not None and authenticating else None
+                    size = kafka.frame_size(prefix, limit or self.config.socket_request_max_bytes)
                     frame = await reader.readexactly(size)
                 except asyncio.IncompleteReadError:
                     return  # the client closed (a frame cut short is simply never served, as in Kafka)
                 except kafka.FrameTooLarge as error:
                     self.log.warning("kafka_frame_refused", peer=str(peer), error=str(error))
                     return
+                if auth is not None and authenticating:  # the SASL step before dispatch (kafka_security)
+                    answer, close = auth.receive(frame)
+                    if answer is not None:
+                        writer.write(answer)
+                        await writer.drain()
+                    if close:
+                        await auth.failed()
+                        return
+                    continue
                 try:
                     request = kafka.parse_request(frame)
                 except kafka.UnservedRequest as error:
@@ -232,6 +256,8 @@ class KafkaListener:
                 return kafka.elect_leaders_response(request, elected)
             if key == kafka.DESCRIBE_CONFIGS:
                 return await self._describe_configs(request)
+            if key in (kafka.SASL_HANDSHAKE, kafka.SASL_AUTHENTICATE):  # no SASL here, or already authenticated
+                return kafka_sasl.illegal_state_response(request)
         except ValidationError as error:
             # A request Kafka's schema allows and Hightide's bounds refuse (an empty batch, a bad topic name).
             message = str(error.errors()[0].get("msg", "invalid request"))[:256]

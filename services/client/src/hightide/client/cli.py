@@ -22,6 +22,7 @@ from typing import Any
 from hightide.client import bench, canary, commands, demo, events_cli, group_commands
 from hightide.client.local_cluster import ClusterError
 from hightide.client.reassign_cli import add_reassign_command  # partition reassignment (issue 13)
+from hightide.client.scram_cli import add_scram_command  # the Kafka listener's SCRAM users (issue 15)
 from hightide.protocol.errors import HightideError
 from hightide.runtime.logging import configure_logging
 from hightide.runtime.nats import NatsUnavailable
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     _client_commands(subparsers, common)
     events_cli.add_events_commands(subparsers, common)
     add_reassign_command(subparsers, common)  # partition reassignment (issue 13)
+    add_scram_command(subparsers, common)  # the Kafka listener's SCRAM users (issue 15)
     _plugged_in_commands(subparsers, common)
     demo_parser = subparsers.add_parser(
         "demo", parents=[common], help="real clusters through real faults: the KIP-101 loss caught, a failover"
