@@ -1,5 +1,5 @@
 """The Kafka listener's answers to what a well-behaved client never sends, over raw sockets to a real broker:
-ApiVersions at a version not served, API keys not served (the group APIs of a later slice included), oversized and
+ApiVersions at a version not served, API keys not served, oversized and
 negative frame sizes, truncated frames and random bytes (hypothesis). Each gets Kafka's answer — an ApiVersions v0
 UNSUPPORTED_VERSION, or the connection closed without an answer (Kafka's InvalidRequestException /
 InvalidReceiveException) — and the broker keeps serving: a new connection's ApiVersions is answered every time.
@@ -21,6 +21,8 @@ from hightide.protocol import kafka
 pytestmark = pytest.mark.slow
 
 GROUP_API_KEYS = (8, 9, 10, 11, 12, 13, 14, 15, 16, 42)  # OffsetCommit/Fetch, FindCoordinator ... DeleteGroups
+ADMIN_API_KEYS = (44, 45, 46)  # IncrementalAlterConfigs, Alter- and ListPartitionReassignments
+UNSERVED_API_KEYS = (4, 57, 9999, -1)  # LeaderAndIsr (inter-broker), UpdateFeatures, and keys Kafka has not
 TIMEOUT_S = 15
 
 
@@ -77,10 +79,12 @@ def api_versions_v0(bootstrap: str) -> dict[int, tuple[int, int]]:
     return {key: (lo, hi) for key, lo, hi in (struct.unpack_from(">hhh", frame, 10 + 6 * i) for i in range(count))}
 
 
-def test_api_versions_advertises_this_slice_and_no_group_api(bootstrap: str) -> None:
+def test_api_versions_advertises_the_group_and_admin_apis(bootstrap: str) -> None:
     advertised = api_versions_v0(bootstrap)
     assert advertised == kafka.SERVED
-    assert not set(GROUP_API_KEYS) & set(advertised)
+    assert set(GROUP_API_KEYS) | set(ADMIN_API_KEYS) <= set(advertised)
+    assert advertised[10] == (0, 4)  # FindCoordinator up to v4 (batched keys)
+    assert advertised[9] == (1, 8)  # OffsetFetch up to v8 (batched groups)
 
 
 def test_api_versions_at_an_unserved_version_is_unsupported_version_at_v0(bootstrap: str) -> None:
@@ -96,7 +100,7 @@ def test_api_versions_at_an_unserved_version_is_unsupported_version_at_v0(bootst
     assert struct.unpack_from(">ih", again) == (42, 0)
 
 
-@pytest.mark.parametrize("api_key", [*GROUP_API_KEYS, 57, 9999, -1])
+@pytest.mark.parametrize("api_key", UNSERVED_API_KEYS)
 def test_an_unserved_api_key_closes_the_connection_and_the_broker_serves(bootstrap: str, api_key: int) -> None:
     with connect(bootstrap) as sock:
         send_frame(sock, header(api_key, 0, 1, flexible=False))
@@ -130,7 +134,7 @@ def test_a_malformed_metadata_body_closes_the_connection(bootstrap: str) -> None
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    api_key=st.sampled_from([*kafka.SERVED, *GROUP_API_KEYS, 99]),
+    api_key=st.sampled_from([*kafka.SERVED, *UNSERVED_API_KEYS, 99]),
     version=st.integers(-2, 20),
     body=st.binary(max_size=200),
     cut=st.integers(0, 200),

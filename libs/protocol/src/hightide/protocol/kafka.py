@@ -737,3 +737,39 @@ def describe_configs_response(request: Request, answers: list[ResourceAnswer]) -
             for resource_type, name, error, message, configs in answers
         ),
     )
+
+
+# -- issue 15, groups/configs/reassignments slice: the group APIs, IncrementalAlterConfigs and the reassignment APIs.
+# Their translations are `hightide.protocol.kafka_groups`; what each version means is in its docstring.
+
+OFFSET_COMMIT: Final = 8
+OFFSET_FETCH: Final = 9
+FIND_COORDINATOR: Final = 10
+JOIN_GROUP: Final = 11
+HEARTBEAT: Final = 12
+LEAVE_GROUP: Final = 13
+SYNC_GROUP: Final = 14
+DESCRIBE_GROUPS: Final = 15
+LIST_GROUPS: Final = 16
+DELETE_GROUPS: Final = 42
+INCREMENTAL_ALTER_CONFIGS: Final = 44
+ALTER_PARTITION_REASSIGNMENTS: Final = 45
+LIST_PARTITION_REASSIGNMENTS: Final = 46
+
+SERVED.update(
+    {
+        OFFSET_COMMIT: (2, 8),  # v9+ carries the new consumer protocol's member epoch (KIP-848): not served
+        OFFSET_FETCH: (1, 8),  # v8: batched groups; v9+ member epochs (KIP-848)
+        FIND_COORDINATOR: (0, 4),  # v4: batched keys
+        JOIN_GROUP: (0, 9),  # v4+: a new member first gets MEMBER_ID_REQUIRED (KIP-394)
+        HEARTBEAT: (0, 4),
+        LEAVE_GROUP: (0, 5),  # v3+: batched members
+        SYNC_GROUP: (0, 5),
+        DESCRIBE_GROUPS: (0, 5),
+        LIST_GROUPS: (0, 5),  # v4: states filter; v5: types filter
+        DELETE_GROUPS: (0, 2),
+        INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+        LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    }
+)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
 
+from hightide.broker import kafka_groups
 from hightide.core import topic_configs
 from hightide.protocol import kafka, wire
 from hightide.protocol.errors import ErrorCode
@@ -232,6 +233,9 @@ class KafkaListener:
                 return kafka.elect_leaders_response(request, elected)
             if key == kafka.DESCRIBE_CONFIGS:
                 return await self._describe_configs(request)
+            # -- issue 15, groups/configs/reassignments slice: hightide.broker.kafka_groups serves them --
+            if key in kafka_groups.SERVED_APIS:
+                return await kafka_groups.answer(self, request)
         except ValidationError as error:
             # A request Kafka's schema allows and Hightide's bounds refuse (an empty batch, a bad topic name).
             message = str(error.errors()[0].get("msg", "invalid request"))[:256]
