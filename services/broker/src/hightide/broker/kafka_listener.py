@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from hightide.broker import kafka_groups
 from hightide.core import topic_configs
-from hightide.protocol import kafka, wire
+from hightide.protocol import events, kafka, wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.subjects import BrokerApi, ControllerApi
 from hightide.runtime.config import ConfigError
@@ -115,6 +115,7 @@ class KafkaListener:
                     return  # the client closed (a frame cut short is simply never served, as in Kafka)
                 except kafka.FrameTooLarge as error:
                     self.log.warning("kafka_frame_refused", peer=str(peer), error=str(error))
+                    self._connection_refused(peer, "oversized")
                     return
                 try:
                     request = kafka.parse_request(frame)
@@ -122,6 +123,7 @@ class KafkaListener:
                     self.log.warning(
                         "kafka_request_refused", peer=str(peer), error=str(error)[:512], head=frame[:64].hex()
                     )
+                    self._connection_refused(peer, error.reason, error.api_key, error.api_version)
                     return
                 if (request.api_key, request.api_version) not in self._versions_seen:
                     self._versions_seen.add((request.api_key, request.api_version))
@@ -152,6 +154,8 @@ class KafkaListener:
         try:
             if key == kafka.API_VERSIONS:
                 return kafka.api_versions_response(request)
+            if request.body is None:  # issue 15: a version not served of a served API (the lead's decision)
+                return kafka.unsupported_version_response(request)
             if key == kafka.PRODUCE:
                 produce = kafka.produce_request(request.body)
                 answer = await self.service.kafka_request(BrokerApi.PRODUCE, produce)
@@ -243,6 +247,14 @@ class KafkaListener:
         except RequestFailed as error:
             return kafka.error_response(request, error.error_code, str(error))
         raise AssertionError(f"a served API without a handler: {key}")
+
+    def _connection_refused(self, peer: Any, reason: str, api_key: int = -1, api_version: int = -1) -> None:
+        """Issue 15: a connection closed without an answer is a broker event too (the warning is logged above)."""
+        self.service.events.emit(
+            events.KafkaConnectionRefused(
+                broker_id=self.service.id, peer=str(peer)[:256], reason=reason, api_key=api_key, api_version=api_version
+            )
+        )
 
     async def _controller(
         self, api: ControllerApi, body: wire.Wire, kind: type[Any], timeout_ms: int | None = None
