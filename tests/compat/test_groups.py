@@ -12,6 +12,7 @@ conditions with deadlines.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -141,6 +142,26 @@ def test_confluent_group_shares_takes_over_and_resumes(cluster: LocalCluster, bo
     finally:
         probe.close()
     assert [tp.offset for tp in committed] == [RECORDS // PARTITIONS] * PARTITIONS
+
+    # The coordinator's events for requests that came over the listener, as for NATS ones (the audit reads them).
+    joined = wait_for(lambda: group_events(cluster, "MemberJoined", "g-ck"), 30, "MemberJoined events")
+    assert {e["member_id"].split("-")[0] for e in joined} == {"m1", "m2", "m3"}
+    left = wait_for(lambda: group_events(cluster, "MemberLeft", "g-ck"), 30, "MemberLeft events")
+    assert {e["reason"] for e in left} == {"left"}
+    commits = wait_for(lambda: group_events(cluster, "OffsetsCommitted", "g-ck"), 30, "OffsetsCommitted events")
+    final = {}
+    for commit in commits:
+        final.update(zip(commit["partitions"], commit["offsets"], strict=True))
+    assert final == dict.fromkeys(range(PARTITIONS), RECORDS // PARTITIONS)
+    synced = wait_for(lambda: group_events(cluster, "GroupAssignmentSynced", "g-ck"), 30, "GroupAssignmentSynced")
+    assert any(sorted(e["partitions"]) == list(range(PARTITIONS)) and len(set(e["members"])) == 2 for e in synced)
+
+
+def group_events(cluster: LocalCluster, kind: str, group: str) -> list[dict[str, Any]]:
+    result = hightide(cluster.data_dir, "events", "tail", "--type", kind, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    found = [json.loads(line)["event"] for line in result.stdout.splitlines() if line.strip()]
+    return [e for e in found if e.get("group_id") == group]
 
 
 def test_confluent_admin_lists_describes_and_deletes_groups(cluster: LocalCluster, bootstrap: str) -> None:
