@@ -8,9 +8,6 @@ Method: the `cluster` fixture (conftest) starts real processes; waits are polled
 
 from __future__ import annotations
 
-import io
-import socket
-import struct
 from typing import Any
 
 import pytest
@@ -24,13 +21,10 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
-from kio.index import load_request_schema, load_response_schema
-from kio.schema.request_header.v2.header import RequestHeader
-from kio.schema.response_header.v1.header import ResponseHeader
-from kio.serial import entity_reader, entity_writer
 
 from hightide.client.local_cluster import LocalCluster
 from hightide.protocol import kafka
+from support import kafka_wire
 from support.cluster_cli import describe, wait_for
 
 pytestmark = pytest.mark.slow
@@ -91,47 +85,16 @@ def test_incremental_alter_configs_set_delete_append_subtract(cluster: LocalClus
 # -- the reassignment APIs, hand-built ------------------------------------------------------------------------------
 
 
-def _call(bootstrap: str, api_key: int, version: int, **fields: Any) -> Any:
-    """One flexible request (header v2) built with kio, and its decoded response."""
-    host, port = bootstrap.split(",", maxsplit=1)[0].split(":")
-    buffer = io.BytesIO()
-    entity_writer(RequestHeader)(
-        buffer,
-        RequestHeader(request_api_key=api_key, request_api_version=version, correlation_id=9, client_id="hand"),  # type: ignore[arg-type]
-    )
-    entity_writer(load_request_schema(api_key, version))(
-        buffer, kafka.make(load_request_schema(api_key, version), **fields)
-    )
-    data = buffer.getvalue()
-    with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
-        sock.sendall(struct.pack(">i", len(data)) + data)
-        size = struct.unpack(">i", _read(sock, 4))[0]
-        frame = memoryview(_read(sock, size))
-    header, offset = entity_reader(ResponseHeader)(frame, 0)
-    assert header.correlation_id == 9
-    body, _ = entity_reader(load_response_schema(api_key, version))(frame[offset:], 0)
-    return body
-
-
-def _read(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "the broker closed the connection"
-        data += chunk
-    return data
-
-
 def _reassign(bootstrap: str, topic: str, partition: int, replicas: tuple[int, ...] | None) -> Any:
-    schema = load_request_schema(kafka.ALTER_PARTITION_REASSIGNMENTS, 0)
-    module = __import__(schema.__module__, fromlist=["ReassignableTopic"])
-    part = kafka.make(module.ReassignablePartition, partition_index=partition, replicas=replicas)
-    topics = (kafka.make(module.ReassignableTopic, name=topic, partitions=(part,)),)
-    return _call(bootstrap, kafka.ALTER_PARTITION_REASSIGNMENTS, 0, timeout=30_000, topics=topics)
+    api = kafka.ALTER_PARTITION_REASSIGNMENTS
+    part = kafka.make(kafka_wire.nested(api, 0, "ReassignablePartition"), partition_index=partition, replicas=replicas)
+    topics = (kafka.make(kafka_wire.nested(api, 0, "ReassignableTopic"), name=topic, partitions=(part,)),)
+    return kafka_wire.call(bootstrap.split(",", maxsplit=1)[0], api, 0, timeout=30_000, topics=topics)
 
 
 def _ongoing(bootstrap: str) -> dict[tuple[str, int], tuple[int, ...]]:
-    listed = _call(bootstrap, kafka.LIST_PARTITION_REASSIGNMENTS, 0, timeout=30_000, topics=None)
+    address = bootstrap.split(",", maxsplit=1)[0]
+    listed = kafka_wire.call(address, kafka.LIST_PARTITION_REASSIGNMENTS, 0, timeout=30_000, topics=None)
     assert int(listed.error_code) == 0
     return {(t.name, p.partition_index): tuple(p.replicas) for t in listed.topics for p in t.partitions}
 

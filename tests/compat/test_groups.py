@@ -16,6 +16,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 
 from hightide.client.local_cluster import LocalCluster
+from hightide.protocol import kafka
+from support import kafka_wire
 from support.cluster_cli import describe, hightide, wait_for
 
 pytestmark = pytest.mark.slow
@@ -290,3 +293,85 @@ def test_the_groups_are_visible_over_nats(cluster: LocalCluster) -> None:
     listed = hightide(cluster.data_dir, "group", "list")
     assert listed.returncode == 0, listed.stderr
     assert {"g-ck", "g-kp", "g-aio"} <= set(listed.stdout.split())
+
+
+# -- which broker coordinates, hand-built requests ------------------------------------------------------------------
+
+
+def _listeners(cluster: LocalCluster) -> dict[int, str]:
+    state = json.loads(Path(cluster.state_file).read_text())
+    return {int(b): address for b, address in state["kafka_listeners"].items()}
+
+
+def _coordinators(address: str, groups: list[str]) -> dict[str, tuple[int, str, int]]:
+    """FindCoordinator v4 (batched keys): group -> (error, host:port, node id)."""
+    answer = kafka_wire.call(address, kafka.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=tuple(groups))
+    return {c.key: (int(c.error_code), f"{c.host}:{c.port}", int(c.node_id)) for c in answer.coordinators}
+
+
+def test_the_coordinator_is_the_offsets_partition_leader_and_others_answer_not_coordinator(
+    cluster: LocalCluster, bootstrap: str
+) -> None:
+    listeners = _listeners(cluster)
+    groups = [f"g-wire-{i}" for i in range(12)]
+    found = wait_for(
+        lambda: (c := _coordinators(listeners[1], groups)) and all(e == 0 for e, _, _ in c.values()) and c,
+        60,
+        "every key's coordinator found",
+    )
+    assert {address for _, address, _ in found.values()} <= set(listeners.values())
+    assert all(listeners[node] == address for _, address, node in found.values())
+    # The same answer from every broker, and from v0-v3 (one key each).
+    assert _coordinators(listeners[2], groups) == found
+    for version in range(4):
+        one = kafka_wire.call(listeners[3], kafka.FIND_COORDINATOR, version, key=groups[0], key_type=0)
+        assert (int(one.error_code), int(one.node_id)) == (0, found[groups[0]][2])
+
+    coordinator = max(set(listeners), key=lambda b: sum(1 for _, _, n in found.values() if n == b))
+    group = next(g for g in groups if found[g][2] == coordinator)
+    other = next(b for b in listeners if b != coordinator)
+    heartbeat = {"group_id": group, "generation_id": 1, "member_id": "m", "group_instance_id": None}
+    elsewhere = kafka_wire.call(listeners[other], kafka.HEARTBEAT, 4, **heartbeat)
+    assert int(elsewhere.error_code) == 16  # NOT_COORDINATOR
+    at_home = kafka_wire.call(listeners[coordinator], kafka.HEARTBEAT, 4, **heartbeat)
+    assert int(at_home.error_code) not in (0, 16)  # the coordinator's own answer: no such member
+
+    # OffsetCommit v8 outside group management, then OffsetFetch v8 batching two groups of the same coordinator.
+    same = [g for g in groups if found[g][2] == coordinator][:2]
+    assert len(same) == 2  # twelve groups, three brokers: one broker coordinates four or more of them
+    topic_schema = kafka_wire.nested(kafka.OFFSET_COMMIT, 8, "OffsetCommitRequestTopic")
+    part_schema = kafka_wire.nested(kafka.OFFSET_COMMIT, 8, "OffsetCommitRequestPartition")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assert admin.create_topics([NewTopic("grp-wire", 2, 3)])["grp-wire"].result(timeout=30) is None
+    for i, g in enumerate(same):
+        partitions = tuple(
+            kafka.make(part_schema, partition_index=p, committed_offset=10 * (i + 1) + p, committed_metadata="")
+            for p in range(2)
+        )
+        committed = kafka_wire.call(
+            listeners[coordinator],
+            kafka.OFFSET_COMMIT,
+            8,
+            group_id=g,
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            group_instance_id=None,
+            topics=(kafka.make(topic_schema, name="grp-wire", partitions=partitions),),
+        )
+        assert [int(p.error_code) for t in committed.topics for p in t.partitions] == [0, 0]
+    group_schema = kafka_wire.nested(kafka.OFFSET_FETCH, 8, "OffsetFetchRequestGroup")
+    fetched = kafka_wire.call(
+        listeners[coordinator],
+        kafka.OFFSET_FETCH,
+        8,
+        groups=tuple(kafka.make(group_schema, group_id=g, topics=None) for g in same),
+        require_stable=False,
+    )
+    offsets = {
+        (g.group_id, p.partition_index): int(p.committed_offset)
+        for g in fetched.groups
+        for t in g.topics
+        for p in t.partitions
+    }
+    assert all(int(g.error_code) == 0 for g in fetched.groups)
+    assert offsets == {(same[0], 0): 10, (same[0], 1): 11, (same[1], 0): 20, (same[1], 1): 21}
