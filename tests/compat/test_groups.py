@@ -375,3 +375,33 @@ def test_the_coordinator_is_the_offsets_partition_leader_and_others_answer_not_c
     }
     assert all(int(g.error_code) == 0 for g in fetched.groups)
     assert offsets == {(same[0], 0): 10, (same[0], 1): 11, (same[1], 0): 20, (same[1], 1): 21}
+
+
+def test_join_group_before_v4_adds_the_new_member_at_once(cluster: LocalCluster) -> None:
+    """JoinGroup v0-v3 predate KIP-394: a new member is not told MEMBER_ID_REQUIRED but joins with the id it is
+    given (the listener rejoins for it); LeaveGroup v0 names one member."""
+    listeners = _listeners(cluster)
+    group = "g-join-v0"
+    found = wait_for(
+        lambda: (c := _coordinators(listeners[1], [group])) and c[group][0] == 0 and c, 60, "the coordinator"
+    )
+    coordinator = listeners[found[group][2]]
+    protocol = kafka.make(
+        kafka_wire.nested(kafka.JOIN_GROUP, 0, "JoinGroupRequestProtocol"), name="range", metadata=b""
+    )
+    joined = kafka_wire.call(
+        coordinator,
+        kafka.JOIN_GROUP,
+        0,
+        group_id=group,
+        session_timeout=10_000,
+        member_id="",
+        protocol_type="consumer",
+        protocols=(protocol,),
+    )
+    assert int(joined.error_code) == 0
+    assert joined.member_id.startswith("hand-")
+    assert (joined.leader, int(joined.generation_id), joined.protocol_name) == (joined.member_id, 1, "range")
+    assert [m.member_id for m in joined.members] == [joined.member_id]
+    left = kafka_wire.call(coordinator, kafka.LEAVE_GROUP, 0, group_id=group, member_id=joined.member_id)
+    assert int(left.error_code) == 0
