@@ -12,9 +12,11 @@ What Kafka does and this module keeps:
   it sent).
 - ApiVersions at a version the broker does not serve is answered, at v0, with UNSUPPORTED_VERSION and the range of
   ApiVersions it does serve (Kafka's `ApiVersionsRequest.getErrorResponse`).
+- Another served API at a version not served is answered UNSUPPORTED_VERSION at that version where its response
+  has a top-level error (the lead's decision, issue 15; `unsupported_version_response`).
 - Any other API key or version not served, and a body that does not parse, is Kafka's `InvalidRequestException`
-  in `RequestContext.parseRequest`: the broker closes that connection without an answer (`UnservedRequest`). The
-  broker keeps serving every other connection.
+  in `RequestContext.parseRequest`: the broker closes that connection without an answer (`UnservedRequest`, whose
+  `reason` the broker logs and emits). The broker keeps serving every other connection.
 - A frame whose size is negative or over `socket.request.max.bytes` (default 104857600) closes the connection
   (Kafka's `InvalidReceiveException` in `NetworkReceive`).
 """
@@ -76,8 +78,8 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     CREATE_PARTITIONS: (0, 3),
     ELECT_LEADERS: (0, 2),
 }
-"""API key -> (min, max) version this listener serves and ApiVersions advertises. The group APIs are a later
-slice: not advertised, and answered as Kafka answers a key it does not serve."""
+"""API key -> (min, max) version this listener serves and ApiVersions advertises (the group, config and
+reassignment APIs join it below)."""
 
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53  # Kafka's error for a transactional id it will not serve
 TOPIC_RESOURCE: Final = 2  # DescribeConfigs' resource types

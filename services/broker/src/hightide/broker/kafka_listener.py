@@ -8,8 +8,10 @@ means is `hightide.protocol.kafka` (the codec and the translation to internal re
 `BrokerService`'s: Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch and Metadata go through the service's one
 driving task to the replica manager, exactly as the NATS requests do (so they emit the same events); CreateTopics,
 DeleteTopics, InitProducerId and DescribeCluster go to the active controller over NATS, as Hightide's own Admin
-and Producer send them. A request Kafka would refuse (`UnservedRequest`) closes its connection without an answer,
-logged; every other connection keeps being served.
+and Producer send them. The group APIs, IncrementalAlterConfigs and the reassignment APIs are
+`hightide.broker.kafka_groups`'s. A request Kafka would refuse (`UnservedRequest`) or an oversized frame closes its
+connection without an answer, logged (peer and reason) and emitted as a `KafkaConnectionRefused` event; every
+other connection keeps being served.
 """
 
 from __future__ import annotations
