@@ -26,7 +26,8 @@ from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records
 
-from hightide.protocol import kafka, kafka_sasl, wire
+from hightide.broker import kafka_groups as broker_kafka_groups
+from hightide.protocol import kafka, kafka_groups, kafka_sasl, wire
 from hightide.protocol.errors import ErrorCode
 
 
@@ -68,9 +69,8 @@ def test_api_versions_at_an_unserved_version_is_v0_unsupported_version() -> None
 @pytest.mark.parametrize(
     "head",
     [
-        struct.pack(">hhi", 11, 0, 1),  # JoinGroup: a later slice
-        struct.pack(">hhi", 0, 13, 1),  # Produce v13 (topic ids)
-        struct.pack(">hhi", 1, 13, 1),  # Fetch v13 (topic ids)
+        struct.pack(">hhi", 57, 0, 1),  # UpdateFeatures: not served
+        struct.pack(">hhi", 0, 13, 1),  # Produce v13 (topic ids): its response has no top-level error
         struct.pack(">hhi", 3, 0, 1),  # Metadata v0
         struct.pack(">hhi", 999, 0, 1),
         b"\x00\x03",  # shorter than a header
@@ -79,6 +79,26 @@ def test_api_versions_at_an_unserved_version_is_v0_unsupported_version() -> None
 def test_unserved_keys_versions_and_short_headers_are_refused(head: bytes) -> None:
     with pytest.raises(kafka.UnservedRequest):
         kafka.parse_request(head + b"\x00\x00")
+
+
+def test_an_unserved_version_with_a_top_level_error_is_answered_unsupported_version_at_that_version() -> None:
+    request = kafka.parse_request(struct.pack(">hhi", 1, 13, 8) + b"\x00\x00")  # Fetch v13 (topic ids)
+    assert request.body is None
+    answer = kafka.encode_response(request, kafka.unsupported_version_response(request))
+    # size, correlation id, the empty tagged fields of response header v1, throttle time, error code
+    assert struct.unpack_from(">iibih", answer)[1:] == (8, 0, 0, 35)
+
+
+def test_a_refusal_names_its_reason() -> None:
+    with pytest.raises(kafka.UnservedRequest) as unknown:
+        kafka.parse_request(struct.pack(">hhi", 999, 2, 1))
+    assert (unknown.value.reason, unknown.value.api_key, unknown.value.api_version) == ("unknown_api", 999, 2)
+    with pytest.raises(kafka.UnservedRequest) as short:
+        kafka.parse_request(b"\x00")
+    assert (short.value.reason, short.value.api_key) == ("unparsable", -1)
+    with pytest.raises(kafka.UnservedRequest) as no_answer:
+        kafka.parse_request(struct.pack(">hhi", 12, 5, 1))  # Heartbeat v5: no Kafka release defines it
+    assert no_answer.value.reason == "unsupported_version"
 
 
 def test_a_truncated_body_is_refused() -> None:
@@ -270,6 +290,85 @@ def _answers() -> dict[int, Any]:
         kafka.SASL_AUTHENTICATE: lambda r: kafka_sasl.authenticate_response(
             r, ErrorCode.SASL_AUTHENTICATION_FAILED, "m", b"token", 5
         ),
+    } | _group_and_admin_answers()
+
+
+def _group_and_admin_answers() -> dict[int, Any]:
+    """Issue 15, groups/configs/reassignments slice: the new APIs' answers, with content."""
+    member = wire.JoinGroupMember(member_id="m", metadata=b"meta")
+    described = wire.DescribedGroup(
+        error=0,
+        group_id="g",
+        group_state="Stable",
+        protocol_type="consumer",
+        protocol_data="range",
+        members=(
+            wire.DescribedGroupMember(
+                member_id="m", client_id="c", client_host="h", member_metadata=b"x", member_assignment=b"y"
+            ),
+        ),
+    )
+    fetched = wire.OffsetFetchPartitionResponse(topic="t", partition=0, committed_offset=5, metadata="")
+    return {
+        kafka.FIND_COORDINATOR: lambda r: kafka_groups.find_coordinator_response(r, [("g", 0, 2, "h", 9092, "")]),
+        kafka.JOIN_GROUP: lambda r: kafka_groups.join_group_response(
+            r,
+            wire.JoinGroupResponse(
+                generation_id=3,
+                protocol_type="consumer",
+                protocol_name="range",
+                leader="m",
+                member_id="m",
+                members=(member,),
+            ),
+        ),
+        kafka.SYNC_GROUP: lambda r: kafka_groups.sync_group_response(
+            r, wire.SyncGroupResponse(protocol_type="consumer", protocol_name="range", assignment=b"a")
+        ),
+        kafka.HEARTBEAT: lambda r: kafka_groups.heartbeat_response(r, wire.HeartbeatResponse(error=27)),
+        kafka.LEAVE_GROUP: lambda r: kafka_groups.leave_group_response(
+            r, wire.LeaveGroupResponse(members=(wire.LeaveGroupMemberResponse(member_id="m", error=0),))
+        ),
+        kafka.OFFSET_COMMIT: lambda r: kafka_groups.offset_commit_response(
+            r,
+            wire.OffsetCommitResponse(
+                partitions=(wire.OffsetCommitPartitionResponse(topic="t", partition=0, error=0),)
+            ),
+        ),
+        kafka.OFFSET_FETCH: lambda r: kafka_groups.offset_fetch_response(
+            r, [(wire.OffsetFetchRequest(group_id="g"), wire.OffsetFetchResponse(partitions=(fetched,)))]
+        ),
+        kafka.LIST_GROUPS: lambda r: kafka_groups.list_groups_response(
+            r,
+            wire.ListGroupsResponse(
+                groups=(wire.ListedGroup(group_id="g", protocol_type="consumer", group_state="Empty"),)
+            ),
+        ),
+        kafka.DESCRIBE_GROUPS: lambda r: kafka_groups.describe_groups_response(
+            r, wire.DescribeGroupsResponse(groups=(described,))
+        ),
+        kafka.DELETE_GROUPS: lambda r: kafka_groups.delete_groups_response(
+            r, wire.DeleteGroupsResponse(results=(wire.DeletableGroupResult(group_id="g", error=68),))
+        ),
+        kafka.INCREMENTAL_ALTER_CONFIGS: lambda r: kafka_groups.incremental_alter_configs_response(
+            r, [(kafka.TOPIC_RESOURCE, "t", 40, "bad")]
+        ),
+        kafka.ALTER_PARTITION_REASSIGNMENTS: lambda r: kafka_groups.alter_partition_reassignments_response(
+            r,
+            wire.AlterPartitionReassignmentsResponse(
+                results=(wire.ReassignmentResult(topic="t", partition=0, error=0),)
+            ),
+        ),
+        kafka.LIST_PARTITION_REASSIGNMENTS: lambda r: kafka_groups.list_partition_reassignments_response(
+            r,
+            wire.ListPartitionReassignmentsResponse(
+                reassignments=(
+                    wire.OngoingPartitionReassignment(
+                        topic="t", partition=0, replicas=(1, 2, 3), adding_replicas=(3,), removing_replicas=(1,)
+                    ),
+                )
+            ),
+        ),
     }
 
 
@@ -324,6 +423,25 @@ TRANSLATIONS: dict[int, Any] = {  # the translation, and where the internal requ
     kafka.OFFSET_FOR_LEADER_EPOCH: (kafka.offsets_for_leader_epoch_request, lambda r: r.partitions[0].topic),
     kafka.CREATE_PARTITIONS: (kafka.create_partitions_requests, lambda r: r[0].topic),
     kafka.ELECT_LEADERS: (kafka.elect_leaders_request, lambda r: r.partitions[0].topic),
+    # issue 15, groups/configs/reassignments slice ("t" is each request's group id or topic)
+    kafka.FIND_COORDINATOR: (kafka_groups.coordinator_keys, lambda r: r[0][0]),
+    kafka.JOIN_GROUP: (lambda b: kafka_groups.join_group_request(b, "c"), lambda r: r.group_id),
+    kafka.SYNC_GROUP: (kafka_groups.sync_group_request, lambda r: r.assignments[0].member_id),
+    kafka.HEARTBEAT: (kafka_groups.heartbeat_request, lambda r: r.member_id),
+    kafka.LEAVE_GROUP: (kafka_groups.leave_group_request, lambda r: r.members[0].member_id),
+    kafka.OFFSET_COMMIT: (kafka_groups.offset_commit_request, lambda r: r.partitions[0].topic),
+    kafka.OFFSET_FETCH: (kafka_groups.offset_fetch_requests, lambda r: r[0].partitions[0].topic),
+    kafka.LIST_GROUPS: (kafka_groups.list_groups_request, lambda r: (r.states_filter or ("t",))[0]),
+    kafka.DESCRIBE_GROUPS: (kafka_groups.describe_groups_request, lambda r: r.groups[0]),
+    kafka.DELETE_GROUPS: (kafka_groups.delete_groups_request, lambda r: r.groups_names[0]),
+    kafka.ALTER_PARTITION_REASSIGNMENTS: (
+        kafka_groups.alter_partition_reassignments_request,
+        lambda r: r.partitions[0].topic,
+    ),
+    kafka.LIST_PARTITION_REASSIGNMENTS: (
+        kafka_groups.list_partition_reassignments_request,
+        lambda r: r.partitions[0].topic,
+    ),
 }
 
 
@@ -343,5 +461,7 @@ def test_every_served_version_of_every_request_parses_and_translates(api_key: in
     if api_key in TRANSLATIONS:
         translate, topic_of = TRANSLATIONS[api_key]
         assert topic_of(translate(request.body)) == "t"  # the topic named reached the internal request
-    if api_key != kafka.API_VERSIONS:  # an error answer at this version encodes
+    if api_key in broker_kafka_groups.SERVED_APIS:  # an error answer at this version encodes
+        kafka.encode_response(request, broker_kafka_groups.refused(request, ErrorCode.INVALID_REQUEST, "m"))
+    elif api_key != kafka.API_VERSIONS:
         kafka.encode_response(request, kafka.error_response(request, ErrorCode.INVALID_REQUEST, "m"))

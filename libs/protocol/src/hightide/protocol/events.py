@@ -992,3 +992,22 @@ class PartitionsAssigned(Event):
     partitions: tuple[Int32, ...]
     committed: tuple[Int64, ...]
     offsets: tuple[Int64, ...]
+
+
+# -- issue 15, the Kafka listener's refusals ---------------------------------------------------------------------
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KafkaConnectionRefused(Event):
+    """A broker's Kafka listener closed a connection without answering, as Kafka does: `reason` is
+    "unknown_api" (an API key Kafka does not serve here), "unparsable" (a header or body that does not parse),
+    "oversized" (a frame size over socket.request.max.bytes, or negative) or "no_schema" (a version of a served API
+    for which no response can be written). `peer` is the client's address, `api_key`/`api_version` the header's
+    (-1: not read)."""
+
+    broker_id: Int32
+    peer: str
+    reason: str
+    api_key: Int32 = -1
+    api_version: Int32 = -1

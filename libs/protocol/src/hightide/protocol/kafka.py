@@ -12,9 +12,11 @@ What Kafka does and this module keeps:
   it sent).
 - ApiVersions at a version the broker does not serve is answered, at v0, with UNSUPPORTED_VERSION and the range of
   ApiVersions it does serve (Kafka's `ApiVersionsRequest.getErrorResponse`).
+- Another served API at a version not served is answered UNSUPPORTED_VERSION at that version where its response
+  has a top-level error (the lead's decision, issue 15; `unsupported_version_response`).
 - Any other API key or version not served, and a body that does not parse, is Kafka's `InvalidRequestException`
-  in `RequestContext.parseRequest`: the broker closes that connection without an answer (`UnservedRequest`). The
-  broker keeps serving every other connection.
+  in `RequestContext.parseRequest`: the broker closes that connection without an answer (`UnservedRequest`, whose
+  `reason` the broker logs and emits). The broker keeps serving every other connection.
 - A frame whose size is negative or over `socket.request.max.bytes` (default 104857600) closes the connection
   (Kafka's `InvalidReceiveException` in `NetworkReceive`).
 """
@@ -81,8 +83,8 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
     SASL_HANDSHAKE: (0, 1),
     SASL_AUTHENTICATE: (0, 2),
 }
-"""API key -> (min, max) version this listener serves and ApiVersions advertises. The group APIs are a later
-slice: not advertised, and answered as Kafka answers a key it does not serve."""
+"""API key -> (min, max) version this listener serves and ApiVersions advertises (the group, config and
+reassignment APIs join it below)."""
 
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53  # Kafka's error for a transactional id it will not serve
 TOPIC_RESOURCE: Final = 2  # DescribeConfigs' resource types
@@ -94,7 +96,13 @@ FETCH_MAX_WAIT_MS_MAX: Final = 60_000  # the internal Fetch's bound on max_wait_
 
 
 class UnservedRequest(Exception):
-    """A request Kafka would refuse with InvalidRequestException: the connection closes without an answer."""
+    """A request that closes its connection without an answer (Kafka's InvalidRequestException): `reason` is
+    "unknown_api", "unsupported_version" (one no UNSUPPORTED_VERSION answer can be written for) or "unparsable";
+    `api_key` and `api_version` are the header's (-1 when it was too short to read)."""
+
+    def __init__(self, message: str, reason: str = "unparsable", api_key: int = -1, api_version: int = -1) -> None:
+        super().__init__(message)
+        self.reason, self.api_key, self.api_version = reason, api_key, api_version
 
 
 class FrameTooLarge(Exception):
@@ -107,7 +115,7 @@ class Request:
     api_version: int
     correlation_id: int
     client_id: str | None
-    body: Any  # the kio request entity; None for an ApiVersions at a version not served
+    body: Any  # the kio request entity; None for a version not served (answered UNSUPPORTED_VERSION)
 
 
 def frame_size(prefix: bytes, max_bytes: int = SOCKET_REQUEST_MAX_BYTES_DEFAULT) -> int:
@@ -126,13 +134,18 @@ def _flexible(api_key: int, version: int, kind: str) -> bool:
 def parse_request(frame: bytes) -> Request:
     """A request from one frame (without its size prefix); UnservedRequest for what Kafka closes on."""
     if len(frame) < HEADER_PREFIX.size:
-        raise UnservedRequest(f"a request header of {len(frame)} bytes")
+        raise UnservedRequest(f"a request header of {len(frame)} bytes", "unparsable")
     api_key, api_version, correlation_id = HEADER_PREFIX.unpack_from(frame)
     served = SERVED.get(api_key)
     if api_key == API_VERSIONS and served is not None and not served[0] <= api_version <= served[1]:
         return Request(api_key, api_version, correlation_id, None, None)  # answered UNSUPPORTED_VERSION at v0
-    if served is None or not served[0] <= api_version <= served[1]:
-        raise UnservedRequest(f"api key {api_key} version {api_version} is not served")
+    if served is None:
+        raise UnservedRequest(f"api key {api_key} is not served", "unknown_api", api_key, api_version)
+    if not served[0] <= api_version <= served[1]:
+        if unsupported_version_schema(api_key, api_version) is None:
+            message = f"api key {api_key} version {api_version} is not served (no response carries the error)"
+            raise UnservedRequest(message, "unsupported_version", api_key, api_version)
+        return Request(api_key, api_version, correlation_id, None, None)  # answered UNSUPPORTED_VERSION
     try:
         flexible = _flexible(api_key, api_version, "request")
         header_type = RequestHeaderV2 if flexible else RequestHeaderV1
@@ -142,9 +155,20 @@ def parse_request(frame: bytes) -> Request:
         schema = load_request_schema(api_key, api_version)
         # Bytes after the body are ignored, as Kafka's parseRequest ignores them (librdkafka's Metadata v12 has 3).
         body, _ = entity_reader(schema)(view[offset:], 0)
-    except (SerialError, ValueError, TypeError, UnicodeDecodeError, OverflowError, KeyError) as error:
-        # KeyError: kio refuses a tagged field it does not know (Kafka would keep it as unknown; here it closes)
-        raise UnservedRequest(f"api key {api_key} version {api_version}: {error}") from None
+    except (
+        SerialError,
+        ValueError,
+        TypeError,
+        UnicodeDecodeError,
+        OverflowError,
+        KeyError,
+        IndexError,
+        struct.error,
+    ) as error:
+        # kio raises KeyError for a tagged field it does not know, where Kafka would skip it: closed as unparsable
+        raise UnservedRequest(
+            f"api key {api_key} version {api_version}: {error}", "unparsable", api_key, api_version
+        ) from None
     return Request(api_key, api_version, correlation_id, header.client_id, body)
 
 
@@ -748,3 +772,67 @@ def describe_configs_response(request: Request, answers: list[ResourceAnswer]) -
             for resource_type, name, error, message, configs in answers
         ),
     )
+
+
+# -- issue 15, groups/configs/reassignments slice: the group APIs, IncrementalAlterConfigs and the reassignment APIs.
+# Their translations are `hightide.protocol.kafka_groups`; what each version means is in its docstring.
+
+OFFSET_COMMIT: Final = 8
+OFFSET_FETCH: Final = 9
+FIND_COORDINATOR: Final = 10
+JOIN_GROUP: Final = 11
+HEARTBEAT: Final = 12
+LEAVE_GROUP: Final = 13
+SYNC_GROUP: Final = 14
+DESCRIBE_GROUPS: Final = 15
+LIST_GROUPS: Final = 16
+DELETE_GROUPS: Final = 42
+INCREMENTAL_ALTER_CONFIGS: Final = 44
+ALTER_PARTITION_REASSIGNMENTS: Final = 45
+LIST_PARTITION_REASSIGNMENTS: Final = 46
+
+SERVED.update(
+    {
+        OFFSET_COMMIT: (2, 8),  # v9+ carries the new consumer protocol's member epoch (KIP-848): not served
+        OFFSET_FETCH: (1, 8),  # v8: batched groups; v9+ member epochs (KIP-848)
+        FIND_COORDINATOR: (0, 4),  # v4: batched keys
+        JOIN_GROUP: (0, 9),  # v4+: a new member first gets MEMBER_ID_REQUIRED (KIP-394)
+        HEARTBEAT: (0, 4),
+        LEAVE_GROUP: (0, 5),  # v3+: batched members
+        SYNC_GROUP: (0, 5),
+        DESCRIBE_GROUPS: (0, 5),
+        LIST_GROUPS: (0, 5),  # v4: states filter; v5: types filter
+        DELETE_GROUPS: (0, 2),
+        INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+        LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    }
+)
+
+
+# -- issue 15, the answer to a version not served (the lead's decision): UNSUPPORTED_VERSION where it can be written.
+
+
+def unsupported_version_schema(api_key: int, api_version: int) -> type[Any] | None:
+    """The response schema that answers a version not served of a served API with UNSUPPORTED_VERSION: kio's
+    schema for that version when it has a top-level error code; None otherwise (the connection closes)."""
+    if api_version < 0:
+        return None
+    try:
+        schema = load_response_schema(api_key, api_version)
+    except Exception:  # kio's UnknownEntity: a version no Kafka release has defined
+        return None
+    names = {item.name for item in dataclasses.fields(schema)}
+    return schema if "error_code" in names else None
+
+
+def unsupported_version_response(request: Request) -> Any:
+    """UNSUPPORTED_VERSION at the request's own version (its top-level error), everything else empty."""
+    schema = unsupported_version_schema(request.api_key, request.api_version)
+    assert schema is not None, request
+    strings = {
+        item.name: ""
+        for item in dataclasses.fields(schema)
+        if item.metadata.get("kafka_type") == "string" and "None" not in str(item.type)
+    }  # a non-nullable string is "" (make's zero is null)
+    return make(schema, **strings, error_code=ErrorCode.UNSUPPORTED_VERSION)

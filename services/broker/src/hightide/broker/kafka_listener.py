@@ -9,8 +9,10 @@ means is `hightide.protocol.kafka` (the codec and the translation to internal re
 `BrokerService`'s: Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch and Metadata go through the service's one
 driving task to the replica manager, exactly as the NATS requests do (so they emit the same events); CreateTopics,
 DeleteTopics, InitProducerId and DescribeCluster go to the active controller over NATS, as Hightide's own Admin
-and Producer send them. A request Kafka would refuse (`UnservedRequest`) closes its connection without an answer,
-logged; every other connection keeps being served.
+and Producer send them. The group APIs, IncrementalAlterConfigs and the reassignment APIs are
+`hightide.broker.kafka_groups`'s. A request Kafka would refuse (`UnservedRequest`) or an oversized frame closes its
+connection without an answer, logged (peer and reason) and emitted as a `KafkaConnectionRefused` event; every
+other connection keeps being served.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
 
+from hightide.broker import kafka_groups
 from hightide.broker.kafka_security import ConnectionAuthenticator, ListenerSecurity, listener_security
 from hightide.core import topic_configs
-from hightide.protocol import kafka, kafka_sasl, wire
+from hightide.protocol import events, kafka, kafka_sasl, wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.subjects import BrokerApi, ControllerApi
 from hightide.runtime.config import ConfigError
@@ -129,6 +132,7 @@ class KafkaListener:
                     return  # the client closed (a frame cut short is simply never served, as in Kafka)
                 except kafka.FrameTooLarge as error:
                     self.log.warning("kafka_frame_refused", peer=str(peer), error=str(error))
+                    self._connection_refused(peer, "oversized")
                     return
                 if auth is not None and authenticating:  # the SASL step before dispatch (kafka_security)
                     answer, close = auth.receive(frame)
@@ -145,6 +149,7 @@ class KafkaListener:
                     self.log.warning(
                         "kafka_request_refused", peer=str(peer), error=str(error)[:512], head=frame[:64].hex()
                     )
+                    self._connection_refused(peer, error.reason, error.api_key, error.api_version)
                     return
                 if (request.api_key, request.api_version) not in self._versions_seen:
                     self._versions_seen.add((request.api_key, request.api_version))
@@ -175,6 +180,8 @@ class KafkaListener:
         try:
             if key == kafka.API_VERSIONS:
                 return kafka.api_versions_response(request)
+            if request.body is None:  # issue 15: a version not served of a served API (the lead's decision)
+                return kafka.unsupported_version_response(request)
             if key == kafka.PRODUCE:
                 produce = kafka.produce_request(request.body)
                 answer = await self.service.kafka_request(BrokerApi.PRODUCE, produce)
@@ -258,6 +265,9 @@ class KafkaListener:
                 return await self._describe_configs(request)
             if key in (kafka.SASL_HANDSHAKE, kafka.SASL_AUTHENTICATE):  # no SASL here, or already authenticated
                 return kafka_sasl.illegal_state_response(request)
+            # -- issue 15, groups/configs/reassignments slice: hightide.broker.kafka_groups serves them --
+            if key in kafka_groups.SERVED_APIS:
+                return await kafka_groups.answer(self, request)
         except ValidationError as error:
             # A request Kafka's schema allows and Hightide's bounds refuse (an empty batch, a bad topic name).
             message = str(error.errors()[0].get("msg", "invalid request"))[:256]
@@ -265,6 +275,14 @@ class KafkaListener:
         except RequestFailed as error:
             return kafka.error_response(request, error.error_code, str(error))
         raise AssertionError(f"a served API without a handler: {key}")
+
+    def _connection_refused(self, peer: Any, reason: str, api_key: int = -1, api_version: int = -1) -> None:
+        """Issue 15: a connection closed without an answer is a broker event too (the warning is logged above)."""
+        self.service.events.emit(
+            events.KafkaConnectionRefused(
+                broker_id=self.service.id, peer=str(peer)[:256], reason=reason, api_key=api_key, api_version=api_version
+            )
+        )
 
     async def _controller(
         self, api: ControllerApi, body: wire.Wire, kind: type[Any], timeout_ms: int | None = None

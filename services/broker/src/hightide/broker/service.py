@@ -167,6 +167,21 @@ class _AlterPartitionDone:
     response: wire.AlterPartitionResponse
 
 
+KAFKA_GROUP_REQUESTS: Final = (
+    wire.FindCoordinatorRequest,
+    wire.JoinGroupRequest,
+    wire.SyncGroupRequest,
+    wire.HeartbeatRequest,
+    wire.LeaveGroupRequest,
+    wire.OffsetCommitRequest,
+    wire.OffsetFetchRequest,
+    wire.ListGroupsRequest,
+    wire.DescribeGroupsRequest,
+    wire.DeleteGroupsRequest,
+)
+"""The group requests the Kafka listener hands to the coordinator (issue 15)."""
+
+
 @dataclass(frozen=True, slots=True)
 class _KafkaRequest:
     """A Kafka client's request, translated, for the driving task; `answer` gets the internal response."""
@@ -482,6 +497,8 @@ class BrokerService:
             self._outgoing.append((request.answer, self.manager.list_offsets(body)))
         elif isinstance(body, wire.OffsetsForLeaderEpochRequest):
             self._outgoing.append((request.answer, self.manager.offsets_for_leader_epoch(body)))
+        elif isinstance(body, KAFKA_GROUP_REQUESTS):
+            self._serve_kafka_group(request, at)
         else:
             assert isinstance(body, wire.MetadataRequest), body
             self._outgoing.append((request.answer, self.manager.metadata(body)))
@@ -655,7 +672,7 @@ class BrokerService:
 
     def _init_groups(self) -> None:
         self.coordinator = GroupCoordinator(self.id, self.settings.group_coordinator)
-        self._group_requests: dict[int, Msg] = {}  # group request id -> its message
+        self._group_requests: dict[int, Msg | asyncio.Future[Any]] = {}  # request id -> its message (or listener's)
         self._group_appends: dict[int, int] = {}  # produce request id -> the coordinator's append id
         self._append_results: list[tuple[int, ErrorCode]] = []
         self._offsets_leadership: dict[int, int] = {}  # what the coordinator was told: partition -> leader epoch
@@ -782,6 +799,45 @@ class BrokerService:
                 loaded = self.coordinator.on_partition_loaded(effect.partition, effect.leader_epoch, records, at)
                 self.log.info("offsets_partition_loaded", partition=effect.partition, records=len(records))
                 queue = loaded + queue
+
+    # -- the Kafka listener's group requests (issue 15): the same coordinator calls as the NATS handlers above ------
+
+    def _serve_kafka_group(self, request: _KafkaRequest, at: Now) -> None:
+        """A Kafka client's group request, translated: answered now (FindCoordinator, OffsetFetch, ListGroups,
+        DescribeGroups) or kept under a request id until the coordinator answers, exactly as a NATS one."""
+        body = request.body
+        answer: wire.Response | None = None
+        if isinstance(body, wire.FindCoordinatorRequest):
+            answer, create = find_coordinator(self.image, body, self.settings.groups)
+            if create and not self._creating_offsets_topic:
+                self._creating_offsets_topic = True
+                self._spawn(self._create_offsets_topic())
+        elif isinstance(body, wire.OffsetFetchRequest):
+            answer = self.coordinator.on_offset_fetch(body)
+        elif isinstance(body, wire.ListGroupsRequest):
+            answer = self.coordinator.on_list_groups(body)
+        elif isinstance(body, wire.DescribeGroupsRequest):
+            answer = self.coordinator.on_describe_groups(body)
+        else:
+            request_id = next(self._request_ids)
+            self._group_requests[request_id] = request.answer
+            self._carry_out_groups(self._kafka_group_call(request_id, body, at), at)
+        if answer is not None:
+            self._outgoing.append((request.answer, answer))
+
+    def _kafka_group_call(self, request_id: int, body: wire.Wire, at: Now) -> list[GroupEffect]:
+        if isinstance(body, wire.JoinGroupRequest):
+            return self.coordinator.on_join_group(request_id, body, str(uuid.uuid4()), at)
+        if isinstance(body, wire.SyncGroupRequest):
+            return self.coordinator.on_sync_group(request_id, body, at)
+        if isinstance(body, wire.HeartbeatRequest):
+            return self.coordinator.on_heartbeat(request_id, body, at)
+        if isinstance(body, wire.LeaveGroupRequest):
+            return self.coordinator.on_leave_group(request_id, body, at)
+        if isinstance(body, wire.OffsetCommitRequest):
+            return self.coordinator.on_offset_commit(request_id, body, at)
+        assert isinstance(body, wire.DeleteGroupsRequest), body
+        return self.coordinator.on_delete_groups(request_id, body, at)
 
     # -- metrics -------------------------------------------------------------------------------------------------
 
