@@ -22,8 +22,8 @@ it the answers and the monotonic clock, runs the heartbeat task, and moves the c
 - starts each assigned partition at the group's committed offset (OffsetFetch), else by `auto.offset.reset`;
 - heartbeats every `heartbeat.interval.ms` from a background task, whether or not the application polls, as
   Kafka's AbstractCoordinator.HeartbeatThread (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID
-  make the next `poll` rejoin; FENCED_INSTANCE_ID fails the next `poll`); only while the member is in a stable
-  generation (not while it joins);
+  make the next `poll` rejoin; FENCED_INSTANCE_ID fails the next `poll`; no answer within `session.timeout.ms`
+  makes it find the coordinator again); only while the member is in a stable generation (not while it joins);
 - enforces `max.poll.interval.ms`: a member whose application has not polled for that long leaves the group
   (LeaveGroup for a dynamic member; a static member forgets its member id and generation), as Kafka's heartbeat
   thread does on "consumer poll timeout has expired"; its next `poll` rejoins;
@@ -286,6 +286,9 @@ class GroupMember:
             deadline = time.monotonic() + self.config.request_timeout_ms / 1000
             try:
                 answer = await self._to_coordinator(BrokerApi.HEARTBEAT, request, wire.HeartbeatResponse, deadline)
+            except GroupFailed as failed:
+                self._failure = failed  # no coordinator found in time: the next poll raises it
+                return
             except ClientError:
                 continue  # tried again at the next interval
             reply = membership.on_heartbeat_response(answer, (request.generation_id, request.member_id), _now_ms())
