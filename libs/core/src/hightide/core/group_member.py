@@ -15,12 +15,17 @@ Member states (Kafka's `AbstractCoordinator.MemberState`):
 | from                  | to                    | when                                                          |
 | --------------------- | --------------------- | ------------------------------------------------------------- |
 | UNJOINED              | PREPARING_REBALANCE   | `join_request`: a JoinGroup goes out                          |
+| STABLE                | PREPARING_REBALANCE   | `join_request` when `rejoin_needed`                           |
 | PREPARING_REBALANCE   | COMPLETING_REBALANCE  | JoinGroup answered NONE: a SyncGroup goes out                 |
 | PREPARING_REBALANCE   | UNJOINED              | JoinGroup failed (retried, or fatal)                          |
 | COMPLETING_REBALANCE  | STABLE                | SyncGroup answered NONE: the new assignment is taken          |
 | COMPLETING_REBALANCE  | UNJOINED              | SyncGroup failed                                              |
-| STABLE                | UNJOINED              | leaves (poll timeout, close), loses the generation            |
-| any                   | UNJOINED              | the coordinator is lost while a join or sync is out           |
+| STABLE                | UNJOINED              | `leave` (max.poll.interval.ms passed); the generation is lost |
+| PREPARING_REBALANCE,  | UNJOINED              | `coordinator_lost`: the join or sync out gets no answer       |
+| COMPLETING_REBALANCE  |                       |                                                               |
+
+A `join_request` in any state starts a join over (a shell that gave up on a join in flight, say after its own
+deadline, simply joins again).
 
 A STABLE member may still need to rejoin (`rejoin_needed`): the coordinator said REBALANCE_IN_PROGRESS, or a
 cooperative rebalance revoked partitions (the second round). ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID reset the
