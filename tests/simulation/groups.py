@@ -5,12 +5,15 @@ Every step does one thing — deliver or drop one message, let time pass on the 
 crash or restart one consumer — and then the group invariants (`hightide.audit.groups`) are checked over every
 group event emitted so far. The same seed gives the same run.
 
-The coordinator is the real one (hightide.core.group_coordinator); the consumers are small state machines that
-follow the classic protocol as Kafka's ConsumerCoordinator does (MEMBER_ID_REQUIRED, leader assigns by range,
-SyncGroup, heartbeats, commits in their generation, rejoin on REBALANCE_IN_PROGRESS / ILLEGAL_GENERATION /
-UNKNOWN_MEMBER_ID, find the coordinator again after NOT_COORDINATOR). Half of them are static members. An append is
-committed to the log only when the step completing it says so; a failover may keep or lose appends in flight,
-as a leader change keeps a committed tail and loses an uncommitted one.
+The coordinator is the real one (hightide.core.group_coordinator), and so is each consumer's membership: the very
+`hightide.core.group_member.GroupMembership` the client service runs (MEMBER_ID_REQUIRED, the leader's assignment
+by the seed's strategy — range, roundrobin, sticky or cooperative-sticky with its two rounds —, SyncGroup,
+heartbeats when due, commits in their generation, rejoin on REBALANCE_IN_PROGRESS / ILLEGAL_GENERATION /
+UNKNOWN_MEMBER_ID, a join in flight started over when the coordinator moves). The simulator fakes only the network
+(a consumer listens for the answer to its last JoinGroup or SyncGroup only, as a client waits on one request), the
+disk (the offsets log) and the clock. Half of the consumers are static members. An append is committed to the log
+only when the step completing it says so; a failover may keep or lose appends in flight, as a leader change keeps a
+committed tail and loses an uncommitted one.
 
 `commit_check` lets a test swap in a known-bad rule (a coordinator that accepts commits from any generation) to
 show that the invariants catch it.
@@ -35,7 +38,8 @@ from hightide.core.group_coordinator import (
     GroupRecord,
     LoadGroupPartition,
 )
-from hightide.protocol import events, group_records, wire
+from hightide.core.group_member import GroupMembership, MemberConfig, MemberState, Then
+from hightide.protocol import events, wire
 from hightide.protocol.errors import ErrorCode
 
 GROUP = "sim-group"
@@ -48,6 +52,7 @@ T0 = 1_000_000
 WALL0 = 1_700_000_000_000
 CONSUMERS = 4
 STEPS = 1_500
+STRATEGIES = ("range", "roundrobin", "sticky", "cooperative-sticky")
 
 
 @dataclass
@@ -56,19 +61,18 @@ class Message:
     sender: str
     body: Any  # a request (to the coordinator) or a response (to a consumer)
     broker: int = 0  # the coordinator it was sent to
+    request: Any = None  # for a response: the request it answers
+    seq: int = 0  # the sender's number for the request (its answer carries it back)
 
 
 @dataclass
 class SimConsumer:
     name: str
     instance_id: str | None
+    membership: GroupMembership
     alive: bool = True
     incarnation: int = 0
-    member_id: str = ""
-    generation: int = -1
-    phase: str = "unjoined"  # unjoined, joining, syncing, stable
-    assignment: tuple[int, ...] = ()
-    next_heartbeat_ms: int = 0
+    awaiting: int = -1  # the seq of the JoinGroup or SyncGroup whose answer it waits for
     position: dict[int, int] = field(default_factory=dict)
 
 
@@ -83,10 +87,15 @@ class GroupSimulation:
         self.coordinators = {b: self._coordinator(b, bad_commit_check) for b in (1, 2)}
         self.in_flight: list[Message] = []
         self.appends: list[tuple[int, AppendGroupRecords]] = []  # (broker, append) not yet complete
-        self.requests: dict[tuple[int, int], str] = {}  # (broker, request id) -> consumer name
+        self.requests: dict[tuple[int, int], Message] = {}  # (broker, request id) -> the request
         self.next_request = 0
+        self.next_seq = 0
         self.history: list[events.Event] = []
-        self.consumers = [SimConsumer(f"c{i}", f"static-{i}" if i % 2 == 0 else None) for i in range(CONSUMERS)]
+        self.strategy = self.rng.choice(STRATEGIES)
+        self.consumers = [
+            SimConsumer(f"c{i}", instance, self._membership(instance))
+            for i, instance in enumerate(f"static-{i}" if i % 2 == 0 else None for i in range(CONSUMERS))
+        ]
         self._carry_out(1, self.coordinators[1].on_become_leader(0, self.epoch, self.now))
 
     @staticmethod
@@ -109,6 +118,18 @@ class GroupSimulation:
             coordinator._commit_check = lenient  # type: ignore[method-assign]
         return coordinator
 
+    def _membership(self, instance_id: str | None) -> GroupMembership:
+        config = MemberConfig(
+            group_id=GROUP,
+            topics=(TOPIC,),
+            strategies=(self.strategy,),
+            group_instance_id=instance_id,
+            session_timeout_ms=SESSION_MS,
+            heartbeat_interval_ms=HEARTBEAT_MS,
+            max_poll_interval_ms=REBALANCE_MS,
+        )
+        return GroupMembership(config, MonoMs(self.mono_ms))
+
     @property
     def now(self) -> Now:
         return Now(MonoMs(self.mono_ms), WallMs(WALL0 + self.mono_ms))
@@ -118,8 +139,10 @@ class GroupSimulation:
     def _carry_out(self, broker: int, effects: list[GroupEffect]) -> None:
         for effect in effects:
             if isinstance(effect, AnswerGroup):
-                name = self.requests.pop((broker, effect.request_id))
-                self.in_flight.append(Message(name, "coordinator", effect.response, broker))
+                asked = self.requests.pop((broker, effect.request_id))
+                self.in_flight.append(
+                    Message(asked.sender, "coordinator", effect.response, broker, asked.body, asked.seq)
+                )
             elif isinstance(effect, Emit):
                 events.check_event(effect.event)
                 self.history.append(effect.event)
@@ -130,14 +153,16 @@ class GroupSimulation:
                 loaded = self.coordinators[broker].on_partition_loaded(0, effect.leader_epoch, list(self.log), self.now)
                 self._carry_out(broker, loaded)
 
-    def _send(self, consumer: SimConsumer, body: wire.Wire) -> None:
-        self.in_flight.append(Message("coordinator", consumer.name, body, self.leader))
+    def _send(self, consumer: SimConsumer, body: wire.Wire) -> int:
+        self.next_seq += 1
+        self.in_flight.append(Message("coordinator", consumer.name, body, self.leader, seq=self.next_seq))
+        return self.next_seq
 
     def _deliver_request(self, message: Message) -> None:
         coordinator = self.coordinators[message.broker]
         self.next_request += 1
         request_id = self.next_request
-        self.requests[(message.broker, request_id)] = message.sender
+        self.requests[(message.broker, request_id)] = message
         body, now = message.body, self.now
         if isinstance(body, wire.JoinGroupRequest):
             effects = coordinator.on_join_group(request_id, body, f"{self.rng.getrandbits(32):08x}", now)
@@ -158,113 +183,61 @@ class GroupSimulation:
         return next(c for c in self.consumers if c.name == name)
 
     def _join(self, consumer: SimConsumer) -> None:
-        consumer.phase = "joining"
-        subscription = group_records.encode_subscription(group_records.ConsumerSubscription((TOPIC,)))
-        self._send(
-            consumer,
-            wire.JoinGroupRequest(
-                group_id=GROUP,
-                session_timeout_ms=SESSION_MS,
-                rebalance_timeout_ms=REBALANCE_MS,
-                member_id=consumer.member_id,
-                group_instance_id=consumer.instance_id,
-                protocols=(wire.JoinGroupProtocol(name="range", metadata=subscription),),
-                client_id=consumer.name,
-            ),
-        )
+        """As the client's `_join`: give up what the protocol gives up before joining, then JoinGroup."""
+        consumer.membership.prepare_join()
+        consumer.awaiting = self._send(consumer, consumer.membership.join_request())
 
-    def _on_answer(self, consumer: SimConsumer, answer: wire.Response) -> None:
+    def _on_answer(self, consumer: SimConsumer, message: Message) -> None:
+        membership, answer = consumer.membership, message.body
         if not consumer.alive:
             return
-        error = answer.error_code
-        if error is ErrorCode.FENCED_INSTANCE_ID:
-            consumer.alive = False  # Kafka's consumer fails for good: another process has its instance id
-            return
-        if isinstance(answer, wire.JoinGroupResponse) and consumer.phase == "joining":
-            self._on_join(consumer, answer)
-        elif isinstance(answer, wire.SyncGroupResponse) and consumer.phase == "syncing":
-            if error is ErrorCode.NONE:
-                consumer.phase = "stable"
-                assigned = group_records.decode_assignment(answer.assignment).partitions
-                consumer.assignment = tuple(p for _, ps in assigned for p in ps)
-                consumer.next_heartbeat_ms = self.mono_ms + HEARTBEAT_MS
+        reply = None
+        if isinstance(answer, wire.JoinGroupResponse | wire.SyncGroupResponse):
+            if message.seq != consumer.awaiting:
+                return  # not the answer it waits for (it gave up on that request)
+            consumer.awaiting = -1
+            if isinstance(answer, wire.JoinGroupResponse):
+                assert membership.state is MemberState.PREPARING_REBALANCE
+                reply = membership.on_join_response(answer)
+                if reply.then is Then.DONE:  # the leader counts the topic's partitions; a follower sends none
+                    counts = {topic: PARTITIONS for topic in membership.leader_topics()}
+                    consumer.awaiting = self._send(consumer, membership.sync_request(counts))
+                elif reply.then is Then.RETRY:
+                    self._join(consumer)  # with the member id the coordinator required, at once
             else:
-                self._rejoin(consumer, error)
-        elif isinstance(answer, wire.HeartbeatResponse | wire.OffsetCommitResponse) and consumer.phase == "stable":
-            errors = {error}
-            if isinstance(answer, wire.OffsetCommitResponse):
-                errors |= {wire.error_code_of(p.error) for p in answer.partitions}
-            for e in errors - {ErrorCode.NONE}:
-                self._rejoin(consumer, e)
-                break
-
-    def _on_join(self, consumer: SimConsumer, answer: wire.JoinGroupResponse) -> None:
-        error = answer.error_code
-        if error is ErrorCode.MEMBER_ID_REQUIRED:
-            consumer.member_id = answer.member_id
-            self._join(consumer)
-        elif error is ErrorCode.NONE:
-            consumer.member_id, consumer.generation, consumer.phase = answer.member_id, answer.generation_id, "syncing"
-            assignments: tuple[wire.SyncGroupAssignment, ...] = ()
-            if answer.leader == answer.member_id:
-                members = sorted(m.member_id for m in answer.members)
-                per = {m: tuple(p for p in range(PARTITIONS) if p % len(members) == i) for i, m in enumerate(members)}
-                assignments = tuple(
-                    wire.SyncGroupAssignment(
-                        member_id=m,
-                        assignment=group_records.encode_assignment(group_records.ConsumerAssignment(((TOPIC, ps),))),
-                    )
-                    for m, ps in per.items()
-                )
-            self._send(
-                consumer,
-                wire.SyncGroupRequest(
-                    group_id=GROUP,
-                    generation_id=answer.generation_id,
-                    member_id=answer.member_id,
-                    group_instance_id=consumer.instance_id,
-                    assignments=assignments,
-                ),
-            )
-        else:
-            self._rejoin(consumer, error)
-
-    def _rejoin(self, consumer: SimConsumer, error: ErrorCode) -> None:
-        if error is ErrorCode.UNKNOWN_MEMBER_ID:
-            consumer.member_id = ""
-        consumer.phase, consumer.assignment = "unjoined", ()
+                assert membership.state is MemberState.COMPLETING_REBALANCE
+                reply = membership.on_sync_response(answer, MonoMs(self.mono_ms))
+        elif isinstance(answer, wire.HeartbeatResponse):
+            request = message.request
+            sent_as = (request.generation_id, request.member_id)
+            reply = membership.on_heartbeat_response(answer, sent_as, MonoMs(self.mono_ms))
+        elif isinstance(answer, wire.OffsetCommitResponse):
+            reply = membership.on_commit_response(answer)
+            if reply.then is Then.FAIL and reply.error is not ErrorCode.FENCED_INSTANCE_ID:
+                return  # as the client's auto-commit: a failed commit is tried again at the next interval
+        if reply is not None and reply.then is Then.FAIL:
+            consumer.alive = False  # Kafka's consumer fails for good (another process has its instance id)
 
     def _act(self, consumer: SimConsumer) -> None:
-        """What a live consumer does on its own: join when out of the group, heartbeat and commit when in it."""
-        if consumer.phase == "unjoined":
-            self._join(consumer)
-        elif consumer.phase == "stable" and self.mono_ms >= consumer.next_heartbeat_ms:
-            consumer.next_heartbeat_ms = self.mono_ms + HEARTBEAT_MS
-            self._send(
-                consumer,
-                wire.HeartbeatRequest(
-                    group_id=GROUP,
-                    generation_id=consumer.generation,
-                    member_id=consumer.member_id,
-                    group_instance_id=consumer.instance_id,
-                ),
-            )
-        elif consumer.phase == "stable" and consumer.assignment:
-            for p in consumer.assignment:
-                consumer.position[p] = consumer.position.get(p, 0) + self.rng.randint(0, 5)
-            self._send(
-                consumer,
-                wire.OffsetCommitRequest(
-                    group_id=GROUP,
-                    generation_id=consumer.generation,
-                    member_id=consumer.member_id,
-                    group_instance_id=consumer.instance_id,
-                    partitions=tuple(
-                        wire.OffsetCommitPartition(topic=TOPIC, partition=p, committed_offset=consumer.position[p])
-                        for p in consumer.assignment
-                    ),
-                ),
-            )
+        """What a live consumer does on its own, as the client's two tasks: its application polls (join when out of
+        the group or asked to rejoin, else commit its positions), or its heartbeat task runs (leave after
+        max.poll.interval.ms without a poll, else heartbeat when due)."""
+        membership, now_ms = consumer.membership, MonoMs(self.mono_ms)
+        if self.rng.random() < 0.5:
+            membership.polled(now_ms)
+            if membership.needs_join and membership.state in (MemberState.UNJOINED, MemberState.STABLE):
+                self._join(consumer)
+            elif membership.in_generation() and membership.assigned:
+                for _, p in membership.assigned:
+                    consumer.position[p] = consumer.position.get(p, 0) + self.rng.randint(0, 5)
+                offsets = {(TOPIC, p): consumer.position[p] for _, p in membership.assigned}
+                self._send(consumer, membership.commit_request(offsets))
+        elif membership.poll_timed_out(now_ms):
+            leave = membership.leave("consumer poll timeout has expired.")
+            if leave is not None:
+                self._send(consumer, leave)
+        elif (heartbeat := membership.heartbeat_request(now_ms)) is not None:
+            self._send(consumer, heartbeat)
 
     # -- the run ------------------------------------------------------------------------------------------------
 
@@ -278,7 +251,7 @@ class GroupSimulation:
             if message.to == "coordinator":
                 self._deliver_request(message)
             else:
-                self._on_answer(self._consumer(message.to), message.body)
+                self._on_answer(self._consumer(message.to), message)
         elif roll < 0.5 and self.appends:
             self._complete_append()
         elif roll < 0.75 and live:
@@ -324,8 +297,8 @@ class GroupSimulation:
         self.leader = new
         self._carry_out(new, self.coordinators[new].on_become_leader(0, self.epoch, self.now))
         for consumer in self.consumers:
-            if consumer.phase in ("joining", "syncing"):
-                consumer.phase = "unjoined"  # its answer went with the old coordinator: it asks the new one
+            consumer.membership.coordinator_lost()  # a join or sync out went with the old one: it asks the new one
+            consumer.awaiting = -1
 
     def _restart(self) -> None:
         dead = [c for c in self.consumers if not c.alive]
@@ -333,7 +306,7 @@ class GroupSimulation:
             return
         consumer = self.rng.choice(dead)
         consumer.alive, consumer.incarnation = True, consumer.incarnation + 1
-        consumer.member_id, consumer.generation, consumer.phase, consumer.assignment = "", -1, "unjoined", ()
+        consumer.membership, consumer.awaiting = self._membership(consumer.instance_id), -1  # a new process
 
     def run(self, steps: int = STEPS) -> list[GroupViolation]:
         """Run, checking the invariants after every step; the first violations found, or none."""

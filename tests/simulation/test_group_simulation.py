@@ -1,7 +1,8 @@
 """The consumer group under a seeded simulation: the real coordinator keeps the group invariants; a known-bad one
 is caught.
 
-Method: tests/simulation/groups.py runs one group of four consumers (two static) against the real GroupCoordinator
+Method: tests/simulation/groups.py runs one group of four consumers (two static), each membership the client's own
+`hightide.core.group_member.GroupMembership` with the seed's assignor, against the real GroupCoordinator
 with delayed, reordered and lost messages, failing and slow appends, coordinator failovers and consumer crashes and
 restarts, checking `hightide.audit.groups` after every step. `HIGHTIDE_SEED=n` replays one seed.
 """
@@ -35,3 +36,13 @@ def test_a_coordinator_that_accepts_stale_commits_is_caught() -> None:
             break
     assert found, "no seed of 40 caught a coordinator that ignores the commit's generation"
     assert {v.invariant for v in found} == {"no_stale_commit"}
+
+
+def test_the_seeds_run_every_assignor() -> None:
+    """The members assign with the strategy each seed draws; the default seeds cover all four of Kafka's."""
+    assert {GroupSimulation(seed).strategy for seed in range(12)} == {
+        "range",
+        "roundrobin",
+        "sticky",
+        "cooperative-sticky",
+    }

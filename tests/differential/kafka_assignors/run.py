@@ -12,7 +12,9 @@ Usage: python run.py KAFKA_GIT_DIR SLF4J_API_JAR [CASES [SEED [big]]]
 
 A mismatch where Kafka's answer is invalid (a partition for a member not subscribed to its topic) or Kafka
 throws is counted apart: those are the inputs where Hightide departs from Kafka on purpose (see
-`hightide.core.assignors._sticky`).
+`hightide.core.assignors._sticky`). So is the one-topic order departure: a mismatch that goes away when each
+member's owned partitions are handed in sorted by (partition, topic), the order Kafka 3.8 (KAFKA-16277) sorts
+them in, where Hightide keeps a member's own order when they are all of one topic.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 from hightide.core.assignors import STRATEGIES, Subscription, TopicPartition, assign
+from hightide.core.assignors._java import java_string_key
 
 HERE = Path(__file__).parent
 CONSUMER = "clients/src/main/java/org/apache/kafka/clients/consumer"
@@ -204,19 +207,38 @@ def compare(classpath: str, cases: list[Case]) -> dict[str, list[int]]:
     assert len(blocks) == len(cases) + 1, "the harness answered every case"
     tally: dict[str, list[int]] = {}
     for (strategy, counts, subscriptions), block in zip(cases, blocks, strict=False):
-        result = assign(strategy, counts, subscriptions)
-        ours = [f"A {m} " + "".join(f"{t}:{p}," for t, p in result.partitions[m]) for m in sorted(result.partitions)]
-        ours += sorted(f"X {t}:{p} {m}" for (t, p), m in result.transferring.items())
+        ours = _answer(strategy, counts, subscriptions)
         kafka = [line for line in block.splitlines() if line and not line.startswith("SLF4J")]
-        row = tally.setdefault(strategy, [0, 0, 0])  # equal, Kafka invalid or throws, different
+        row = tally.setdefault(strategy, [0, 0, 0, 0])  # equal, Kafka invalid or throws, different, own order
         if ours == kafka:
             row[0] += 1
         elif _kafka_invalid(kafka, subscriptions):
             row[1] += 1
+        elif _answer(strategy, counts, _owned_sorted(subscriptions)) == kafka:
+            row[3] += 1
         else:
             row[2] += 1
             print("DIFFERENT", strategy, counts, subscriptions, "\n  hightide", ours, "\n  kafka   ", kafka)
     return tally
+
+
+def _answer(strategy: str, counts: dict[str, int], subscriptions: dict[str, Subscription]) -> list[str]:
+    result = assign(strategy, counts, subscriptions)
+    ours = [f"A {m} " + "".join(f"{t}:{p}," for t, p in result.partitions[m]) for m in sorted(result.partitions)]
+    return ours + sorted(f"X {t}:{p} {m}" for (t, p), m in result.transferring.items())
+
+
+def _owned_sorted(subscriptions: dict[str, Subscription]) -> dict[str, Subscription]:
+    """Each member's owned partitions in KAFKA-16277's order, (partition, topic)."""
+    return {
+        m: Subscription(
+            s.topics,
+            sorted(s.owned_partitions, key=lambda tp: (tp[1], java_string_key(tp[0]))),
+            s.generation,
+            s.group_instance_id,
+        )
+        for m, s in subscriptions.items()
+    }
 
 
 def main() -> None:
@@ -227,8 +249,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         classpath = build(kafka_git_dir, slf4j_jar, Path(work))
         tally = compare(classpath, [draw(rng) for _ in range(count)])
-    for strategy, (same, kafka_invalid, different) in sorted(tally.items()):
-        print(f"{strategy:20} equal {same:5}  Kafka invalid/throws {kafka_invalid:4}  different {different}")
+    for strategy, (same, kafka_invalid, different, own_order) in sorted(tally.items()):
+        print(
+            f"{strategy:20} equal {same:5}  Kafka invalid/throws {kafka_invalid:4}  one-topic own order {own_order:4}"
+            f"  different {different}"
+        )
     sys.exit(1 if any(row[2] for row in tally.values()) else 0)
 
 

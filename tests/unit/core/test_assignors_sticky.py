@@ -466,12 +466,15 @@ def test_owned_partitions_are_invalidated_for_consumer_with_multiple_generation(
 
 
 @both_sticky_strategies
-def test_seed_walkthrough_a_member_leaves_and_comes_back(strategy: str) -> None:
-    """The seeds' sticky example: C1, C2, C3 share P0-P9; C3 goes and its partitions alone move; C3 returns.
+@pytest.mark.parametrize("returning_id", ["C3", "C3-new"], ids=["same-id", "new-id"])
+def test_seed_walkthrough_a_member_leaves_and_comes_back(strategy: str, returning_id: str) -> None:
+    """The seeds' sticky example (seed 001): C1, C2, C3 share P0-P9; C3 dies and only its partitions move, to C1
+    and C2, who keep their own; C3 comes back (a new member, owning nothing) and the assignment is again exactly
+    the initial one: the survivors give back exactly the partitions they took over.
 
-    The seed says "for example": what Kafka's constrained algorithm actually does is pinned here. C1 and C2
-    keep everything they had when C3 leaves; when C3 returns it takes partitions back from the two, and no
-    partition moves between C1 and C2.
+    It holds because an over-quota survivor keeps the first of its owned partitions in its own order (its
+    original ones first, the taken-over ones appended), as Kafka <= 3.7 did; Kafka 3.8 (KAFKA-16277) keeps C1's
+    lowest-numbered four [0, 2, 3, 6] and C2's [1, 4, 5], and hands C3 [7, 8, 9] (see `_sticky`'s departures).
     """
     counts = {"T": 10}
     _, first = _run(strategy, counts, {c: Subscription(["T"]) for c in ("C1", "C2", "C3")})
@@ -482,13 +485,15 @@ def test_seed_walkthrough_a_member_leaves_and_comes_back(strategy: str) -> None:
     }
 
     _, second = _run(strategy, counts, {c: _owned(["T"], first[c]) for c in ("C1", "C2")})
-    assert set(first["C1"]) <= set(second["C1"]) and set(first["C2"]) <= set(second["C2"])
-    assert set(second["C1"]) | set(second["C2"]) == {("T", p) for p in range(10)}
+    # C1 and C2 keep what they had; C3's partitions are appended, in assignment order.
+    assert second == {
+        "C1": [("T", p) for p in (0, 3, 6, 9, 2)],
+        "C2": [("T", p) for p in (1, 4, 7, 5, 8)],
+    }
 
-    back = {c: _owned(["T"], second[c], 2) for c in ("C1", "C2")} | {"C3": Subscription(["T"])}
+    back = {c: _owned(["T"], second[c], 2) for c in ("C1", "C2")} | {returning_id: Subscription(["T"])}
     _, third = _run(strategy, counts, back)
-    assert sorted(len(p) for p in third.values()) == [3, 3, 4]
-    assert set(third["C1"]) <= set(second["C1"]) and set(third["C2"]) <= set(second["C2"])
+    assert third == {"C1": first["C1"], "C2": first["C2"], returning_id: first["C3"]}
 
 
 # StickyAssignorTest's own cases: the eager `sticky` strategy only.
@@ -625,27 +630,47 @@ def test_reassignment_with_random_subscriptions_and_changes(strategy: str) -> No
 # partitions in assignment order, as Kafka's StickyAssignor userData carries them.
 
 
-def test_seeds_c1_c2_c3_a_member_dies_and_comes_back_as_kafka_3_8_and_later() -> None:
-    """Three members share 6 partitions; c3 dies; c1 and c2 take its partitions over and keep their own (the
-    taken-over ones appended, in assignment order); c3 comes back as a new member and gets a fair share.
+@both_sticky_strategies
+def test_seeds_c1_c2_c3_on_six_partitions_the_returning_member_gets_its_own_back(strategy: str) -> None:
+    """Three members share 6 partitions (the e2e's group); c3 dies; c1 and c2 take its partitions over and keep
+    their own (the taken-over ones appended, in assignment order); c3 comes back as a new member and gets its old
+    partitions {2, 5} back, nothing else moving.
 
-    It does not get its old partitions {2, 5} back: since KAFKA-16277 (Kafka 3.8, in the pinned reference
-    snapshot) the constrained path sorts each member's owned partitions by partition number before keeping the
-    first quota of them, so c1 (owning [0, 3, 2]) keeps 0 and 2 and gives up 3. Kafka 3.7 and earlier kept the
-    owned partitions in the order the member reported them, keeping [0, 3], and c3 got {2, 5} back — the seeds
-    describe that older behaviour. Kafka's own testTopicBalanceAfterReassignment (above) needs the sort.
+    c1 owns [0, 3, 2]: it keeps its first two in its own order, [0, 3]. Kafka 3.8 (KAFKA-16277) sorts them first
+    and keeps [0, 2], giving c3 partition 3; Hightide sorts only when the owned partitions span topics (Kafka's
+    testTopicBalanceAfterReassignment and testAddRemoveTwoConsumersTwoTopics, above, still pass).
     """
     counts = {T: 6}
-    first = assign("sticky", counts, {m: Subscription([T]) for m in (C1, C2, C3)}).partitions
+    _, first = _run(strategy, counts, {m: Subscription([T]) for m in (C1, C2, C3)})
     assert first == {C1: [(T, 0), (T, 3)], C2: [(T, 1), (T, 4)], C3: [(T, 2), (T, 5)]}
 
-    survivors = {m: _owned([T], first[m], 1) for m in (C1, C2)}
-    second = assign("sticky", counts, survivors).partitions
-    # Sticky: each survivor keeps what it had, c3's partitions are appended after it, in assignment order.
+    _, second = _run(strategy, counts, {m: _owned([T], first[m], 1) for m in (C1, C2)})
     assert second == {C1: [(T, 0), (T, 3), (T, 2)], C2: [(T, 1), (T, 4), (T, 5)]}
 
     back = {C1: _owned([T], second[C1], 2), C2: _owned([T], second[C2], 2), "consumer3-new": Subscription([T])}
-    third = assign("sticky", counts, back)
-    verify_validity_and_balance(back, third.partitions)
-    assert third.partitions == {C1: [(T, 0), (T, 2)], C2: [(T, 1), (T, 4)], "consumer3-new": [(T, 3), (T, 5)]}
-    assert third.transferring == {}
+    result, third = _run(strategy, counts, back)
+    assert third == {C1: first[C1], C2: first[C2], "consumer3-new": first[C3]}
+    # Cooperative: c1 and c2 revoke 2 and 5 first; c3 gets them in the follow-up rebalance.
+    _transferring(strategy, result, {(T, 2): "consumer3-new", (T, 5): "consumer3-new"})
+
+
+def test_owned_partitions_of_several_topics_are_still_kept_by_partition_number() -> None:
+    """Where a member's owned partitions span topics, the constrained algorithm sorts them by (partition, topic)
+    as Kafka 3.8 does (KAFKA-16277), whatever order the member reported: c1 over quota keeps the lowest-numbered
+    ones across both topics, so each member keeps a spread of topics."""
+    counts = {T1: 2, T2: 2}
+    subscriptions = {
+        C1: _owned([T1, T2], [(T2, 1), (T1, 1), (T2, 0), (T1, 0)]),
+        C2: Subscription([T1, T2]),
+    }
+    result = assign("sticky", counts, subscriptions)
+    assert result.partitions == {C1: [(T1, 0), (T2, 0)], C2: [(T1, 1), (T2, 1)]}
+
+
+def test_owned_partitions_of_one_topic_are_kept_in_the_members_order() -> None:
+    """With one topic, an over-quota member keeps the first of its owned partitions in the order it reported
+    them (its assignment's order), not the lowest-numbered."""
+    counts = {T: 4}
+    subscriptions = {C1: _owned([T], [(T, 3), (T, 1), (T, 0), (T, 2)]), C2: Subscription([T])}
+    result = assign("sticky", counts, subscriptions)
+    assert result.partitions == {C1: [(T, 3), (T, 1)], C2: [(T, 0), (T, 2)]}

@@ -1,6 +1,10 @@
 """A consumer's membership of a group: Kafka's ConsumerCoordinator (the classic protocol), driven by `poll`.
 
-Room: services/client. What a `Consumer` with `group.id` does around its fetches:
+Room: services/client. The wiring of `hightide.core.group_member.GroupMembership`, which holds the rules (states,
+member id, generation, the subscription and the leader's assignment, what a rebalance revokes and adds, heartbeat
+and poll due times, the errors that reset the member): this module sends the requests it builds over NATS, feeds
+it the answers and the monotonic clock, runs the heartbeat task, and moves the consumer's fetch positions. What a
+`Consumer` with `group.id` does around its fetches:
 
 - finds the group's coordinator (FindCoordinator to any broker) and finds it again after NOT_COORDINATOR,
   COORDINATOR_NOT_AVAILABLE or a coordinator that does not answer;
@@ -18,8 +22,8 @@ Room: services/client. What a `Consumer` with `group.id` does around its fetches
 - starts each assigned partition at the group's committed offset (OffsetFetch), else by `auto.offset.reset`;
 - heartbeats every `heartbeat.interval.ms` from a background task, whether or not the application polls, as
   Kafka's AbstractCoordinator.HeartbeatThread (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID
-  make the next `poll` rejoin; FENCED_INSTANCE_ID fails the next `poll`); only while the member is in a stable
-  generation (not while it joins);
+  make the next `poll` rejoin; FENCED_INSTANCE_ID fails the next `poll`; no answer within `session.timeout.ms`
+  makes it find the coordinator again); only while the member is in a stable generation (not while it joins);
 - enforces `max.poll.interval.ms`: a member whose application has not polled for that long leaves the group
   (LeaveGroup for a dynamic member; a static member forgets its member id and generation), as Kafka's heartbeat
   thread does on "consumer poll timeout has expired"; its next `poll` rejoins;
@@ -35,12 +39,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from hightide.client.connection import ClientError
-from hightide.core import assignors
-from hightide.protocol import events, group_records, wire
+from hightide.core.clock import MonoMs
+from hightide.core.group_member import (
+    COORDINATOR_LOST,
+    RETRIABLE,
+    AssignmentChange,
+    GroupMembership,
+    MemberConfig,
+    Reply,
+    Then,
+)
+from hightide.protocol import events, wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.subjects import BrokerApi
 from hightide.runtime.rpc import RequestFailed
@@ -52,15 +65,14 @@ TopicPartition = tuple[str, int]
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 WATCH_AFTER_S: Final = 1.0
 R = TypeVar("R", bound=wire.Response)
-_COORDINATOR_LOST: Final = frozenset(
-    {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT}
-)
-_REJOIN: Final = frozenset({ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID})
-_RETRY: Final = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.BROKER_NOT_AVAILABLE})
 
 
 class GroupFailed(ClientError):
     """A group operation failed for good (FENCED_INSTANCE_ID, INCONSISTENT_GROUP_PROTOCOL, a commit refused…)."""
+
+
+def _now_ms() -> MonoMs:
+    return MonoMs(int(time.monotonic() * 1000))
 
 
 class GroupMember:
@@ -74,33 +86,56 @@ class GroupMember:
         self.config = config
         self.group_id = config.group_id
         self.topics = tuple(topics)
+        self.membership = GroupMembership(
+            MemberConfig(
+                group_id=config.group_id,
+                topics=self.topics,
+                strategies=config.strategies,
+                group_instance_id=config.group_instance_id,
+                client_id=config.client_id,
+                session_timeout_ms=config.session_timeout_ms,
+                heartbeat_interval_ms=config.heartbeat_interval_ms,
+                max_poll_interval_ms=config.max_poll_interval_ms,
+            ),
+            _now_ms(),
+        )
         self.coordinator: int | None = None
         self.coordinator_partition = -1  # the group's __consumer_offsets partition, whose leader is the coordinator
-        self.member_id = ""
-        self.generation = -1
-        self.protocol: str | None = None
-        self.assigned: tuple[TopicPartition, ...] = ()
-        self.owned: tuple[TopicPartition, ...] = ()  # what it had in `generation`, for the sticky assignors
         self.consumed: dict[TopicPartition, int] = {}
         self.committed: dict[TopicPartition, int] = {}
-        self.needs_join = True
-        self._next_heartbeat = 0.0
-        self._last_poll = time.monotonic()  # Kafka's poll timer, for max.poll.interval.ms
         self._heartbeats: asyncio.Task[None] | None = None  # the background heartbeat (Kafka's HeartbeatThread)
         self._failure: GroupFailed | None = None  # what the heartbeat task hit, raised by the next poll
         self._next_auto_commit = time.monotonic() + config.auto_commit_interval_ms / 1000
+
+    # -- the membership's state, read by the consumer and tests -------------------------------------------------
+
+    @property
+    def assigned(self) -> tuple[TopicPartition, ...]:
+        return self.membership.assigned
+
+    @property
+    def needs_join(self) -> bool:
+        return self.membership.needs_join
+
+    @property
+    def member_id(self) -> str:
+        return self.membership.member_id
+
+    @property
+    def generation(self) -> int:
+        return self.membership.generation
 
     # -- driven by poll -----------------------------------------------------------------------------------------
 
     async def before_poll(self) -> None:
         """Join if needed and auto-commit when due; the heartbeats run in the background from the first poll."""
-        self._last_poll = time.monotonic()
+        self.membership.polled(_now_ms())
         if self._failure is not None:
             failure, self._failure = self._failure, None
             raise failure
         if self._heartbeats is None or self._heartbeats.done():
             self._heartbeats = asyncio.create_task(self._heartbeat_loop(), name=f"heartbeat {self.group_id}")
-        if self.needs_join:
+        if self.membership.needs_join:
             await self._join()
         if self.config.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
             self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
@@ -111,39 +146,24 @@ class GroupMember:
         for record in records:
             self.consumed[(record.topic, record.partition)] = record.offset + 1
 
-    async def commit(self) -> None:
-        """Commit the consumed positions of the assigned partitions (Kafka's commitSync); GroupFailed if the group
-        refused it (the member must rejoin: its generation is gone)."""
-        offsets = {tp: self.consumed[tp] for tp in self.assigned if tp in self.consumed}
+    async def commit(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Commit the consumed positions of the assigned partitions (or of `partitions`; Kafka's commitSync);
+        GroupFailed if the group refused it (the member must rejoin: its generation is gone)."""
+        wanted = self.membership.assigned if partitions is None else partitions
+        offsets = {tp: self.consumed[tp] for tp in wanted if tp in self.consumed}
         if not offsets or offsets == {tp: self.committed.get(tp) for tp in offsets}:
             return
         deadline = time.monotonic() + self.config.default_api_timeout_ms / 1000
-        body = wire.OffsetCommitRequest(
-            group_id=self.group_id,
-            generation_id=self.generation,
-            member_id=self.member_id,
-            group_instance_id=self.config.group_instance_id,
-            partitions=tuple(
-                wire.OffsetCommitPartition(topic=t, partition=p, committed_offset=o) for (t, p), o in offsets.items()
-            ),
-        )
+        body = self.membership.commit_request(offsets)
         while True:
             answer = await self._to_coordinator(BrokerApi.OFFSET_COMMIT, body, wire.OffsetCommitResponse, deadline)
-            errors = {wire.error_code_of(p.error) for p in answer.partitions} | {answer.error_code}
-            error = next((e for e in errors if e is not ErrorCode.NONE), ErrorCode.NONE)
-            if error is ErrorCode.NONE:
+            reply = self.membership.on_commit_response(answer)
+            if reply.then is Then.DONE:
                 self.committed.update(offsets)
                 return
-            if error in _REJOIN:
-                self.needs_join = True
-                if error is ErrorCode.UNKNOWN_MEMBER_ID:
-                    self.member_id = ""
-                raise GroupFailed(f"commit of group {self.group_id} refused: the group has rebalanced", error)
-            if error in _COORDINATOR_LOST:
-                self.coordinator = None
-            elif error not in _RETRY:
-                raise GroupFailed(f"commit of group {self.group_id} failed", error)
-            await self._backoff(deadline, error)
+            if reply.then in (Then.REJOIN, Then.FAIL):
+                raise GroupFailed(reply.reason, reply.error)
+            await self._back_off(reply, deadline)
 
     async def close(self) -> None:
         """Stop heartbeating, commit (auto-commit), then leave the group unless static (its place waits for its
@@ -153,24 +173,22 @@ class GroupMember:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heartbeats
             self._heartbeats = None
-        if self.config.enable_auto_commit and not self.needs_join:
+        if self.config.enable_auto_commit and not self.membership.needs_join:
             await self._commit_quietly()
-        await self._leave_group("closed")
+        await self._send_leave(self.membership.close_request("closed"))
 
-    async def _leave_group(self, reason: str) -> None:
-        """LeaveGroup for a dynamic member (a static member's place waits for its restart, KIP-345)."""
-        if self.config.group_instance_id is None and self.member_id and self.coordinator is not None:
-            body = wire.LeaveGroupRequest(
-                group_id=self.group_id, members=(wire.MemberIdentity(member_id=self.member_id, reason=reason),)
-            )
+    async def _send_leave(self, request: wire.LeaveGroupRequest | None) -> None:
+        """LeaveGroup, if the membership asked for one (a dynamic member: a static member's place waits for its
+        restart, KIP-345)."""
+        if request is not None and self.coordinator is not None:
             # If the coordinator does not answer, it expires the member after its session timeout instead.
             with contextlib.suppress(RequestFailed):
-                await self.conn.broker(self.coordinator, BrokerApi.LEAVE_GROUP, body, wire.LeaveGroupResponse)
+                await self.conn.broker(self.coordinator, BrokerApi.LEAVE_GROUP, request, wire.LeaveGroupResponse)
 
-    async def _commit_quietly(self) -> None:
+    async def _commit_quietly(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         # An auto-commit that fails is retried at the next interval (or a rebalance is under way).
         with contextlib.suppress(GroupFailed, ClientError):
-            await self.commit()
+            await self.commit(partitions)
 
     # -- the coordinator ----------------------------------------------------------------------------------------
 
@@ -236,6 +254,13 @@ class GroupMember:
             raise GroupFailed(f"group {self.group_id}: no answer within default.api.timeout.ms", error)
         await asyncio.sleep(self.config.retry_backoff_ms / 1000)  # Kafka's retry.backoff.ms
 
+    async def _back_off(self, reply: Reply, deadline: float) -> None:
+        """A retriable answer: forget the coordinator if it is gone, wait `retry.backoff.ms`."""
+        if reply.find_coordinator:
+            self.coordinator = None
+            self.membership.coordinator_lost()
+        await self._backoff(deadline, reply.error)
+
     # -- heartbeats ---------------------------------------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
@@ -243,205 +268,93 @@ class GroupMember:
         generation; past `max.poll.interval.ms` without a poll, it leaves the group."""
         interval_s = self.config.heartbeat_interval_ms / 1000
         while True:
+            membership = self.membership
+            due_s = (membership.heartbeat_due_ms - _now_ms()) / 1000 if membership.in_generation() else interval_s
             # Waiting for the heartbeat interval to pass (the protocol's own timer, not a synchronisation).
-            await asyncio.sleep(max(self._next_heartbeat - time.monotonic(), min(interval_s, 0.1)))
-            if self.needs_join or self.generation < 0 or not self.member_id:
-                self._next_heartbeat = time.monotonic() + interval_s  # joining: the poll does the group's work
+            await asyncio.sleep(max(due_s, min(interval_s, 0.1)))
+            now_ms = _now_ms()
+            if membership.poll_timed_out(now_ms):
+                # Kafka's maybeLeaveGroup("consumer poll timeout has expired."): the application stalled between
+                # polls, so the member gives its partitions back to the group; the next poll rejoins.
+                await self._send_leave(membership.leave("consumer poll timeout has expired."))
                 continue
-            if time.monotonic() - self._last_poll > self.config.max_poll_interval_ms / 1000:
-                await self._leave_on_poll_timeout()
+            if membership.session_expired(now_ms):
+                self.coordinator = None  # Kafka: "session timed out without receiving a heartbeat response"
+            request = membership.heartbeat_request(now_ms)
+            if request is None:
                 continue
+            deadline = time.monotonic() + self.config.request_timeout_ms / 1000
             try:
-                await self._heartbeat()
+                answer = await self._to_coordinator(BrokerApi.HEARTBEAT, request, wire.HeartbeatResponse, deadline)
             except GroupFailed as failed:
-                self._failure = failed  # FENCED_INSTANCE_ID: the next poll raises it
+                self._failure = failed  # no coordinator found in time: the next poll raises it
                 return
             except ClientError:
-                self._next_heartbeat = time.monotonic() + interval_s  # tried again at the next interval
-
-    async def _leave_on_poll_timeout(self) -> None:
-        """Kafka's maybeLeaveGroup("consumer poll timeout has expired."): the application stalled between polls, so
-        the member gives its partitions back to the group; the next poll rejoins."""
-        await self._leave_group("consumer poll timeout has expired.")
-        self.generation = -1
-        self.member_id = ""
-        self.needs_join = True
-
-    async def _heartbeat(self) -> None:
-        self._next_heartbeat = time.monotonic() + self.config.heartbeat_interval_ms / 1000
-        generation, member_id = self.generation, self.member_id
-        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
-        body = wire.HeartbeatRequest(
-            group_id=self.group_id,
-            generation_id=self.generation,
-            member_id=self.member_id,
-            group_instance_id=self.config.group_instance_id,
-        )
-        answer = await self._to_coordinator(BrokerApi.HEARTBEAT, body, wire.HeartbeatResponse, deadline)
-        error = answer.error_code
-        if (self.generation, self.member_id) != (generation, member_id) or self.needs_join:
-            return  # the poll rejoined (or is rejoining) while this heartbeat was out: its answer is stale
-        if error is ErrorCode.FENCED_INSTANCE_ID:
-            raise GroupFailed(f"group.instance.id {self.config.group_instance_id} was taken by another member", error)
-        if error in _REJOIN:
-            if error is not ErrorCode.REBALANCE_IN_PROGRESS:
-                self.generation = -1
-                if error is ErrorCode.UNKNOWN_MEMBER_ID:
-                    self.member_id = ""
-            self.needs_join = True
-        elif error in _COORDINATOR_LOST:
-            self.coordinator = None
-            self._next_heartbeat = time.monotonic()  # find it and heartbeat again at once
+                continue  # tried again at the next interval
+            reply = membership.on_heartbeat_response(answer, (request.generation_id, request.member_id), _now_ms())
+            if reply.then is Then.FAIL:
+                self._failure = GroupFailed(reply.reason, reply.error)  # FENCED_INSTANCE_ID: the next poll raises it
+                return
+            if reply.find_coordinator:
+                self.coordinator = None
 
     # -- joining --------------------------------------------------------------------------------------------------
 
     async def _join(self) -> None:
-        """Kafka's joinGroupIfNeeded with eager revocation: commit, give up the partitions, join, sync, fetch the
-        committed offsets of the new assignment."""
-        if self.assigned and self.config.enable_auto_commit:
+        """Kafka's joinGroupIfNeeded: commit, give up the partitions (eager), join, sync, fetch the committed offsets
+        of the new assignment."""
+        membership = self.membership
+        if membership.assigned and self.config.enable_auto_commit:
             await self._commit_quietly()
-        if not self._cooperative():
-            self.assigned = ()
+        if not membership.cooperative():
+            membership.prepare_join()
             await self.consumer.reassign({})
         deadline = time.monotonic() + max(self.config.default_api_timeout_ms, self.config.max_poll_interval_ms) / 1000
-        while self.needs_join:
-            joined = await self._join_once(deadline)
-            if joined is None:
-                continue
-            assignment = await self._sync_once(joined, deadline)
-            if assignment is None:
-                continue
-            await self._start(assignment, deadline)
-
-    def _protocols(self) -> tuple[wire.JoinGroupProtocol, ...]:
-        owned: dict[str, list[int]] = {}
-        for topic, partition in self.owned:
-            owned.setdefault(topic, []).append(partition)
-        subscription = group_records.ConsumerSubscription(
-            topics=self.topics,
-            owned_partitions=tuple((t, tuple(ps)) for t, ps in owned.items()),
-            generation_id=self.generation,
-        )
-        metadata = group_records.encode_subscription(subscription)
-        return tuple(wire.JoinGroupProtocol(name=name, metadata=metadata) for name in self.config.strategies)
-
-    async def _join_once(self, deadline: float) -> wire.JoinGroupResponse | None:
-        body = wire.JoinGroupRequest(
-            group_id=self.group_id,
-            session_timeout_ms=self.config.session_timeout_ms,
-            rebalance_timeout_ms=self.config.max_poll_interval_ms,
-            member_id=self.member_id,
-            group_instance_id=self.config.group_instance_id,
-            protocol_type="consumer",
-            protocols=self._protocols(),
-            client_id=self.config.client_id,
-            client_host="",
-        )
-        # A join waits for the whole group, up to the rebalance timeout (Kafka: max.poll.interval.ms + 5 s).
-        timeout_s = (self.config.max_poll_interval_ms + 5_000) / 1000
-        answer = await self._to_coordinator(
-            BrokerApi.JOIN_GROUP, body, wire.JoinGroupResponse, deadline, timeout_s=timeout_s
-        )
-        error = answer.error_code
-        if error is ErrorCode.NONE:
-            return answer
-        if error is ErrorCode.MEMBER_ID_REQUIRED:
-            self.member_id = answer.member_id
-            return None
-        if error is ErrorCode.UNKNOWN_MEMBER_ID:
-            self.member_id = ""
-            return None
-        if error in _COORDINATOR_LOST:
-            self.coordinator = None
-        elif error not in _RETRY and error is not ErrorCode.REBALANCE_IN_PROGRESS:
-            raise GroupFailed(f"join of group {self.group_id} failed", error)
-        await self._backoff(deadline, error)
-        return None
-
-    async def _sync_once(
-        self, joined: wire.JoinGroupResponse, deadline: float
-    ) -> group_records.ConsumerAssignment | None:
-        self.member_id = joined.member_id
-        assignments: tuple[wire.SyncGroupAssignment, ...] = ()
-        if joined.leader == joined.member_id and joined.members:
-            assignments = await self._assign(joined)
-        body = wire.SyncGroupRequest(
-            group_id=self.group_id,
-            generation_id=joined.generation_id,
-            member_id=self.member_id,
-            group_instance_id=self.config.group_instance_id,
-            protocol_type=joined.protocol_type,
-            protocol_name=joined.protocol_name,
-            assignments=assignments,
-        )
-        answer = await self._to_coordinator(BrokerApi.SYNC_GROUP, body, wire.SyncGroupResponse, deadline)
-        error = answer.error_code
-        if error is ErrorCode.NONE:
-            self.generation = joined.generation_id
-            self.protocol = joined.protocol_name
-            return group_records.decode_assignment(answer.assignment)
-        if error is ErrorCode.FENCED_INSTANCE_ID:
-            raise GroupFailed(f"group.instance.id {self.config.group_instance_id} was taken by another member", error)
-        if error is ErrorCode.UNKNOWN_MEMBER_ID:
-            self.member_id = ""
-        if error in _COORDINATOR_LOST:
-            self.coordinator = None
-        elif error not in _REJOIN and error not in _RETRY:
-            raise GroupFailed(f"sync of group {self.group_id} failed", error)
-        await self._backoff(deadline, error)
-        return None
-
-    async def _assign(self, joined: wire.JoinGroupResponse) -> tuple[wire.SyncGroupAssignment, ...]:
-        """The leader's part: every member's subscription, the subscribed topics' partition counts, Kafka's
-        assignor named by the chosen protocol."""
-        subscriptions: dict[str, assignors.Subscription] = {}
-        for member in joined.members:
-            decoded = group_records.decode_subscription(member.metadata)
-            subscriptions[member.member_id] = assignors.Subscription(
-                topics=decoded.topics,
-                owned_partitions=[(t, p) for t, ps in decoded.owned_partitions for p in ps],
-                generation=decoded.generation_id,
-                group_instance_id=member.group_instance_id,
+        while membership.needs_join:
+            # A join waits for the whole group, up to the rebalance timeout (Kafka: max.poll.interval.ms + 5 s).
+            timeout_s = (self.config.max_poll_interval_ms + 5_000) / 1000
+            joined = await self._to_coordinator(
+                BrokerApi.JOIN_GROUP, membership.join_request(), wire.JoinGroupResponse, deadline, timeout_s=timeout_s
             )
-        topics = sorted({t for s in subscriptions.values() for t in s.topics})
-        await self.conn.refresh(tuple(topics))
-        counts = {t: len(self.conn.partitions.get(t, [])) for t in topics}
-        result = assignors.assign(joined.protocol_name or "range", counts, subscriptions)
-        out = []
-        for member_id, partitions in result.partitions.items():
-            by_topic: dict[str, list[int]] = {}
-            for topic, partition in partitions:
-                by_topic.setdefault(topic, []).append(partition)
-            assignment = group_records.ConsumerAssignment(tuple((t, tuple(ps)) for t, ps in by_topic.items()))
-            out.append(
-                wire.SyncGroupAssignment(member_id=member_id, assignment=group_records.encode_assignment(assignment))
+            if not await self._carry_on(membership.on_join_response(joined), deadline):
+                continue
+            counts: dict[str, int] = {}
+            topics = membership.leader_topics()
+            if topics:  # the leader's assignment needs the subscribed topics' partition counts
+                await self.conn.refresh(topics)
+                counts = {t: len(self.conn.partitions.get(t, [])) for t in topics}
+            before = membership.assigned
+            synced = await self._to_coordinator(
+                BrokerApi.SYNC_GROUP, membership.sync_request(counts), wire.SyncGroupResponse, deadline
             )
-        return tuple(out)
+            reply = membership.on_sync_response(synced, _now_ms())
+            if not await self._carry_on(reply, deadline):
+                continue
+            assert reply.change is not None, "a SyncGroup taken comes with its assignment"
+            await self._start(reply.change, before, deadline)
 
-    def _cooperative(self) -> bool:
-        """Kafka's cooperative onJoinPrepare keeps the partitions, unless the member's generation is gone (lost)."""
-        return self.protocol == "cooperative-sticky" and self.generation >= 0 and bool(self.member_id)
+    async def _carry_on(self, reply: Reply, deadline: float) -> bool:
+        """True when the answer was taken; otherwise raise, back off or go round again."""
+        if reply.then is Then.DONE:
+            return True
+        if reply.then is Then.FAIL:
+            raise GroupFailed(reply.reason, reply.error)
+        if reply.then is Then.BACKOFF:
+            await self._back_off(reply, deadline)
+        return False
 
-    async def _start(self, assignment: group_records.ConsumerAssignment, deadline: float) -> None:
+    async def _start(self, change: AssignmentChange, before: tuple[TopicPartition, ...], deadline: float) -> None:
         """The new assignment: the partitions it kept go on from where `poll` got to; the added ones start at the
         committed offsets, else `auto.offset.reset`."""
-        assigned = tuple((t, p) for t, ps in assignment.partitions for p in ps)
-        lost = set(self.owned) - set(assigned)
-        self.needs_join = False
-        if self.protocol == "cooperative-sticky" and lost:
-            # The cooperative protocol's second phase: partitions moved away are free only after another rebalance.
-            self.needs_join = True
-        revoked = [tp for tp in self.assigned if tp not in set(assigned)]
-        if revoked and self.config.enable_auto_commit:
-            await self._commit_quietly()  # Kafka's onPartitionsRevoked: commit what was consumed before letting go
-        kept = {tp: self.consumed[tp] for tp in assigned if tp in set(self.assigned) and tp in self.consumed}
-        self.owned = assigned
-        self.assigned = assigned
+        assigned = change.assigned
+        if change.revoked and self.config.enable_auto_commit:
+            # Kafka's onPartitionsRevoked: commit what was consumed before letting go.
+            await self._commit_quietly(before)
+        held = set(before)
+        kept = {tp: self.consumed[tp] for tp in assigned if tp in held and tp in self.consumed}
         self.consumed = dict(kept)
-        self._next_heartbeat = time.monotonic() + self.config.heartbeat_interval_ms / 1000
-        self._last_poll = time.monotonic()  # Kafka's HeartbeatThread.enable resets the poll timer after a join
         added = tuple(tp for tp in assigned if tp not in kept)
-        if not added and not revoked and len(kept) == len(self.consumer.positions):
+        if not added and not change.revoked and len(kept) == len(self.consumer.positions):
             return  # a cooperative rebalance that changed nothing here: the fetches go on
         if not assigned:
             await self.consumer.reassign({})
@@ -490,8 +403,8 @@ class GroupMember:
             error = answer.error_code
             if error is ErrorCode.NONE:
                 return {(p.topic, p.partition): p.committed_offset for p in answer.partitions}
-            if error in _COORDINATOR_LOST:
+            if error in COORDINATOR_LOST:
                 self.coordinator = None
-            elif error not in _RETRY:
+            elif error not in RETRIABLE:
                 raise GroupFailed(f"offset fetch of group {self.group_id} failed", error)
             await self._backoff(deadline, error)

@@ -9,9 +9,9 @@ The algorithm, as Kafka's:
    same partition the higher generation wins, and with equal generations neither keeps it (the partition is
    "doubly claimed" and will be revoked). Claims are read in the order of the leader's subscriptions HashMap.
 2. If every member subscribes to the same topics, the constrained algorithm: each member keeps up to its
-   quota of its owned partitions (lowest partition numbers first; `floor(P/N)`, or `ceil(P/N)` for the first
-   `P % N` members in HashMap order that own that many), then the rest go round-robin, topic by topic, to the
-   members still short, sorted by member id.
+   quota of its owned partitions (the first ones in its own order if they are of one topic, else by partition
+   number; `floor(P/N)`, or `ceil(P/N)` for the first `P % N` members in HashMap order that own that many),
+   then the rest go round-robin, topic by topic, to the members still short, sorted by member id.
 3. Otherwise the general algorithm: keep every owned partition whose topic the member still subscribes to,
    give each unassigned partition to the least-loaded subscriber (ties by member id), then move partitions
    from a member with 2+ more than another subscriber until balanced, preferring to move a partition back to
@@ -33,6 +33,15 @@ Where this departs from Kafka, on inputs Kafka gets wrong:
   subscribed to the topic and takes part in the rebalance; Kafka's check reads the previous owner's load
   without looking (an unsubscribed previous owner would get the partition back; a fixed one throws).
 - `maxGeneration` is computed per call; Kafka keeps it in the assignor instance across rebalances.
+- The constrained algorithm keeps a member's first quota of owned partitions in the member's own order (the
+  order of the assignment it was given: its original partitions first, the ones it took over from a member
+  that left appended) when they are all of one topic, as Kafka 3.7 and earlier did for every member. Kafka 3.8
+  (KAFKA-16277) sorts them by (partition, topic), which spreads a member's partitions over the topics of a
+  multi-topic group but, with one topic, makes a survivor keep its lowest-numbered partitions rather than its
+  own: a member that died and comes back then gets other partitions than its old ones, where the seeds (and
+  Kafka <= 3.7) give it back exactly what it had. Hightide sorts as Kafka 3.8 only when the owned partitions
+  span topics, where the spread matters. Single-topic groups in which an over-quota member's owned order is
+  not ascending therefore differ from Kafka 3.8.
 """
 
 from __future__ import annotations
@@ -163,8 +172,11 @@ class _ConstrainedAssignmentBuilder:
 
     def _assign_owned_partitions(self) -> None:
         for member_id, claimed in self.owned.items():
-            mine = sorted(claimed, key=lambda tp: (tp[1], java_string_key(tp[0])))
-            mine = [tp for tp in mine if tp not in self.doubly_claimed]
+            mine = [tp for tp in claimed if tp not in self.doubly_claimed]
+            if len({topic for topic, _ in mine}) > 1:
+                # Kafka 3.8 (KAFKA-16277) sorts by (partition, topic) so a member keeps a spread of topics; with one
+                # topic Hightide keeps the member's own order instead (a departure, see the module docstring).
+                mine.sort(key=lambda tp: (tp[1], java_string_key(tp[0])))
             if len(mine) < self.min_quota:
                 self._keep(member_id, mine)
                 self.under_min_quota.append(member_id)
