@@ -154,10 +154,12 @@ def test_a_killed_members_partitions_move_and_a_static_member_gets_its_own_back(
         consumers["c3"].wait(timeout=30)
         killed_at = time.monotonic()
         produce_round(cluster)
+        producing_s = time.monotonic() - killed_at  # the test's own `hightide produce` processes, not the group's
         wait_for(lambda: everything_read(list(outs.values()), 2), SESSION_TIMEOUT_MS / 1000 + 60, "round two")
         moved_after_s = time.monotonic() - killed_at
-        # Taken over after the session timeout (the static member sent no LeaveGroup), not much later.
-        assert moved_after_s <= SESSION_TIMEOUT_MS / 1000 + 30
+        # Taken over after the session timeout (the static member sent no LeaveGroup), not much later: the bound
+        # leaves out the time the test spent starting its producers, which a loaded machine stretches.
+        assert moved_after_s <= SESSION_TIMEOUT_MS / 1000 + 30 + producing_s
         all_reads = [read for out in outs.values() for read in reads(out)]
         assert len(all_reads) == len(set(all_reads)), "a record was read twice though everything was committed"
         second_round = {p for p, o in reads(outs["c1"]) + reads(outs["c2"]) if o >= PER_ROUND}
