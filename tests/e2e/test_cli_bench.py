@@ -59,6 +59,29 @@ def test_the_produce_bench_runs_a_cluster_beside_the_nats_baselines_and_stops_ev
     assert not _processes_mentioning(str(tmp_path)), "a process of the bench cluster is still running"
 
 
+def test_the_kafka_bench_measures_confluent_kafka_beside_the_own_client_on_one_cluster(tmp_path: Path) -> None:
+    """A tiny run of the Kafka-listener workload (issue 15): confluent-kafka's throughput at 100 B and 16 KiB and
+    its produce-to-consume percentiles are measured over the listener, each beside the own client's figure of the
+    same run with the issue's goal, and the cluster is gone afterwards."""
+    result = _hightide(
+        "bench", "--workload", "kafka", "--format", "json", "--duration", "0.05", "--data-dir", str(tmp_path)
+    )
+    assert result.returncode == 0, result.stderr
+    figures = {f["name"]: f for f in json.loads(result.stdout)}
+    assert {f["workload"] for f in figures.values()} == {"kafka"}
+    small = figures["confluent-kafka acks=all RF=3 100 B"]
+    assert small["value"] > 0 and small["baseline"] == figures["hightide produce acks=all RF=3 100 B"]["value"]
+    assert small["goal"] == ">= own client's" and small["met"] == (small["value"] >= small["baseline"])
+    large = figures["confluent-kafka acks=all RF=3 16 KiB (MB/s)"]
+    assert large["value"] > 0 and large["baseline"] == figures["hightide produce acks=all RF=3 16 KiB (MB/s)"]["value"]
+    p99 = figures["confluent-kafka produce->consume 100 B p99 at 10,000/s"]
+    assert p99["value"] > 0 and p99["goal"] == "<= 10 ms"
+    assert p99["baseline"] == figures["hightide produce->consume 100 B p99 at 10,000/s"]["value"]
+    assert figures["confluent-kafka produce->consume 100 B p50 at 10,000/s"]["value"] <= p99["value"]
+    assert list(tmp_path.iterdir()) == []
+    assert not _processes_mentioning(str(tmp_path)), "a process of the bench cluster is still running"
+
+
 def _processes_mentioning(text: str) -> list[str]:
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
 
-from hightide.client import bench_cluster, bench_failover, bench_nats, group_bench
+from hightide.client import bench_cluster, bench_failover, bench_kafka, bench_nats, group_bench
 from hightide.core.clock import WallMs
 from hightide.protocol.records import encode_batch, iter_batch_headers
 from hightide.storage.checkpoint import TopicPartition
@@ -46,7 +46,7 @@ BATCH_BYTES: Final = 16 * 1024
 RECORD_BYTES: Final = 100
 TP: Final = TopicPartition("bench", 0)
 DEFAULT_DURATION_S: Final = 3.0  # `--duration`'s default: the produce workload runs at full size with it
-WORKLOADS: Final = ("append", "read", "encode", "recovery", "produce", "failover", "group")
+WORKLOADS: Final = ("append", "read", "encode", "recovery", "produce", "failover", "group", "kafka")
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +301,46 @@ def bench_group_figures(work: Path, duration_scale: float) -> list[Figure]:
     ]
 
 
+def bench_kafka_figures(work: Path, duration_scale: float) -> list[Figure]:
+    """The Kafka listener (issue 15): confluent-kafka's figures beside the own client's, on one cluster."""
+    run = asyncio.run(bench_kafka.run_kafka_bench(work, duration_scale))
+    own_small, own_large = run.own
+    small, large = run.kafka
+    own_p99, p99 = run.own_latency.p99_ms, run.kafka_latency.p99_ms
+    rate = run.kafka_latency.rate_per_s
+    return [
+        Figure("kafka", own_small.name, own_small.records_per_s, "records/s"),
+        Figure(
+            "kafka",
+            small.name,
+            small.records_per_s,
+            "records/s",
+            own_small.records_per_s,
+            ">= own client's",
+            small.records_per_s >= own_small.records_per_s,
+        ),
+        Figure(
+            "kafka",
+            "reference: confluent-kafka vs Kafka 4.0 (issue 15)",
+            bench_kafka.KAFKA_REFERENCE_RECORDS_PER_S,
+            "records/s",
+        ),
+        Figure("kafka", f"{own_large.name} (MB/s)", own_large.mb_per_s, "MB/s"),
+        Figure(
+            "kafka",
+            f"{large.name} (MB/s)",
+            large.mb_per_s,
+            "MB/s",
+            own_large.mb_per_s,
+            ">= own client's",
+            large.mb_per_s >= own_large.mb_per_s,
+        ),
+        Figure("kafka", f"{run.own_latency.name} p99 at {rate:,}/s", own_p99, "ms"),
+        Figure("kafka", f"{run.kafka_latency.name} p50 at {rate:,}/s", run.kafka_latency.p50_ms, "ms"),
+        Figure("kafka", f"{run.kafka_latency.name} p99 at {rate:,}/s", p99, "ms", own_p99, "<= 10 ms", p99 <= 10),
+    ]
+
+
 def run(workloads: list[str], data_dir: Path, duration_s: float, size_mib: int, recovery_mib: int) -> list[Figure]:
     work = data_dir / f"bench-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
@@ -312,6 +352,7 @@ def run(workloads: list[str], data_dir: Path, duration_s: float, size_mib: int, 
         "produce": lambda: bench_produce(work, duration_s / DEFAULT_DURATION_S),
         "failover": lambda: bench_failover_figures(work),
         "group": lambda: bench_group_figures(work, duration_s / DEFAULT_DURATION_S),  # issue 13
+        "kafka": lambda: bench_kafka_figures(work, duration_s / DEFAULT_DURATION_S),  # issue 15
     }
     try:
         for name in workloads:
