@@ -80,6 +80,9 @@ def _service(image: str, name: str, entrypoint: list[str], command: list[str], m
             entrypoint=entrypoint,
             user=f"{os.getuid()}:{os.getgid()}",
             labels={LABEL: RUN_ID},
+            # The images' HEALTHCHECKs probe a fixed port (9404, 8222) that a test's service does not open: the
+            # fixtures wait on their own conditions instead.
+            healthcheck={"test": ["NONE"]},
             working_dir="/tmp",
         )
         .with_env("HOME", "/tmp")
