@@ -101,3 +101,28 @@ images:  ## build the container images (infra/Dockerfile) on a locally made Debi
 	for target in $(IMAGES); do \
 	  docker build --file infra/Dockerfile --target $$target --tag $$target:$(IMAGE_TAG) . || exit 1; \
 	done
+
+# -- issue 14 item 6: the container suites (testcontainers on our images, and the whole compose stack) -------------
+# The fixtures run NATS and the services as containers of the images `make images` builds (HIGHTIDE_CONTAINERS=1:
+# tests/support/containers.py); the compose test brings docker-compose.yml up, kills a broker container under an
+# acks=all producer, and takes it down with its volumes. `make images` always runs first: a warm build takes
+# seconds, and the containers must run the code of this checkout. Bounded: 15 min a test, 40 min in all.
+CONTAINER_SUITES := tests/integration/test_event_relay.py tests/integration/test_archiver.py \
+  tests/e2e/test_event_store.py tests/containers \
+  "tests/e2e/test_cluster_failover.py::test_kill_9_of_the_leader_under_a_saturating_producer_keeps_every_acknowledged_record_once_in_order" \
+  "tests/e2e/test_cluster_failover.py::test_kill_9_of_the_active_controller_hands_over_to_the_standby_with_a_higher_epoch"
+.PHONY: test-containers
+CONTAINERS_TIMEOUT_S ?= 2400
+test-containers: install  ## the container suites: fixtures on our images and a docker compose up of the stack
+	@start=$$(date +%s); rc=0; \
+	 export TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_CONNECTION_MODE=docker_host HIGHTIDE_CONTAINERS=1; \
+	 { $(MAKE) --no-print-directory images && \
+	   timeout --kill-after=30 $(CONTAINERS_TIMEOUT_S) $(RUN) pytest -q -p no:cacheprovider --timeout 900 \
+	     $(CONTAINER_SUITES); } || rc=$$?; \
+	 strays=$$(docker ps -aq --filter label=hightide.test); \
+	 if [ -n "$$strays" ]; then docker rm -f $$strays >/dev/null; fi; \
+	 for project in $$(docker ps -a --format '{{.Label "com.docker.compose.project"}}' | { grep '^hightide-test-' || true; } | sort -u); do \
+	   docker compose --project-name $$project --file docker-compose.yml down --volumes --timeout 5 >/dev/null 2>&1 || true; \
+	 done; \
+	 echo "test-containers: exit $$rc in $$(( $$(date +%s) - start )) s"; \
+	 exit $$rc

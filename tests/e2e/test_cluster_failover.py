@@ -23,6 +23,7 @@ import pytest
 from hightide.client.local_cluster import LocalCluster, pid_alive
 from support.audited import assert_history_clean
 from support.cluster_cli import active_brokers, describe, hightide, status, wait_for
+from support.containers import local_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +39,7 @@ SESSION_TIMEOUT_S = 3.0
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path / "cluster")
+    local = local_cluster(tmp_path / "cluster")  # containers under HIGHTIDE_CONTAINERS=1
     local.up(brokers=3, controllers=2, cluster_id="e2e", config=CONFIG)
     try:
         wait_for(lambda: len(active_brokers(local)) == 3, 60, "three active brokers")

@@ -36,6 +36,7 @@ from hightide.protocol.envelope import Envelope, decode_envelopes
 from hightide.runtime.metadata_log import MetadataLog
 from hightide.runtime.outbox import SUFFIX, OutboxReader, read_cursor
 from support.audited import assert_history_clean
+from support.containers import ContainerCluster, local_cluster
 from support.disk_state import read_disk_state
 
 pytestmark = pytest.mark.slow
@@ -45,7 +46,7 @@ OUTAGE_S = 10.0
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path / "cluster")
+    local = local_cluster(tmp_path / "cluster")  # containers under HIGHTIDE_CONTAINERS=1
     local.up(brokers=3, controllers=1, cluster_id="events", config=CONFIG)
     try:
         wait_for(lambda: len(active_brokers(local)) == 3, 60, "three active brokers")
@@ -88,6 +89,9 @@ def stop_nats(cluster: LocalCluster) -> None:
 
 def start_nats(cluster: LocalCluster) -> None:
     """nats-server again with the cluster's own config: the same port, the same JetStream store."""
+    if isinstance(cluster, ContainerCluster):
+        cluster.restart_nats()
+        return
     state = cluster.read_state()
     assert state is not None
     log = open(cluster.data_dir / "logs" / "nats-server.log", "ab")  # noqa: SIM115 (the child keeps it)

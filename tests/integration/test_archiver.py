@@ -1,8 +1,9 @@
 """The archiver and the export against a real nats-server: nothing lost, nothing twice, nothing blocking.
 
-Method: a real nats-server with JetStream (`support.nats.NatsServer`, stopped and started again on the same port
-and store for an outage). The test publishes EVENTS messages exactly as a relay does (a msgpack array of
-envelopes per message, with its `Nats-Msg-Id`), runs `Archiver` in the same event loop, and reads the lake back.
+Method: a real nats-server with JetStream (`support.nats.NatsServer`, or a `hightide-nats` container under
+HIGHTIDE_CONTAINERS=1; stopped and started again on the same port and store for an outage). The test publishes
+EVENTS messages exactly as a relay does (a msgpack array of envelopes per message, with its `Nats-Msg-Id`), runs
+`Archiver` in the same event loop, and reads the lake back.
 Partial lake states after a crash are made by hand with `LakeWriter` and then a part removed. Every wait polls a
 condition with a deadline; nothing sleeps to synchronise.
 """
@@ -39,7 +40,8 @@ from hightide.protocol.subjects import events_message_id, events_subject
 from hightide.runtime.event_store import ensure_events_stream
 from hightide.runtime.logging import get_logger
 from hightide.runtime.nats import NatsSettings, connect
-from support.nats import NatsServer
+from support.containers import NatsLike
+from support.containers import nats_server as make_nats_server
 
 CLUSTER = "lake"
 LOG = get_logger("test.archiver")
@@ -49,8 +51,8 @@ MARCH_1_MS = 1_772_323_200_000
 
 
 @pytest.fixture
-def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
-    server = NatsServer(tmp_path / "nats").start()
+def nats_server(tmp_path: Path) -> Iterator[NatsLike]:
+    server = make_nats_server(tmp_path / "nats").start()  # a container under HIGHTIDE_CONTAINERS=1
     try:
         yield server
     finally:
@@ -113,7 +115,7 @@ async def wait_for(condition: Callable[[], Awaitable[bool]], what: str, deadline
         await asyncio.sleep(0.05)  # polling a condition with a deadline
 
 
-async def open_nats(server: NatsServer) -> Client:
+async def open_nats(server: NatsLike) -> Client:
     return await connect(NatsSettings(url=server.url, reconnect_wait_s=0.1), log=LOG)
 
 
@@ -150,7 +152,7 @@ def assert_each_event_once(lake: Path, relay: Relay) -> None:
 
 
 def test_the_archiver_moves_every_event_into_the_lake_and_acknowledges_it(
-    nats_server: NatsServer, tmp_path: Path
+    nats_server: NatsLike, tmp_path: Path
 ) -> None:
     async def scenario() -> None:
         nc = await open_nats(nats_server)
@@ -173,7 +175,7 @@ def test_the_archiver_moves_every_event_into_the_lake_and_acknowledges_it(
 
 
 def test_after_a_crash_between_part_renames_a_restarted_archiver_deletes_the_parts_and_archives_once(
-    nats_server: NatsServer, tmp_path: Path
+    nats_server: NatsLike, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
 
@@ -201,7 +203,7 @@ def test_after_a_crash_between_part_renames_a_restarted_archiver_deletes_the_par
 
 
 def test_redelivered_messages_already_in_the_lake_are_skipped_whatever_the_new_batch_boundaries(
-    nats_server: NatsServer, tmp_path: Path
+    nats_server: NatsLike, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
 
@@ -234,7 +236,7 @@ async def write_by_hand(nc: Client, lake: Path, sequences: range) -> None:
         writer.write(messages)
 
 
-def test_stopping_and_starting_nats_under_the_archiver_loses_nothing(nats_server: NatsServer, tmp_path: Path) -> None:
+def test_stopping_and_starting_nats_under_the_archiver_loses_nothing(nats_server: NatsLike, tmp_path: Path) -> None:
     lake = tmp_path / "lake"
 
     async def scenario() -> None:
@@ -260,7 +262,7 @@ def test_stopping_and_starting_nats_under_the_archiver_loses_nothing(nats_server
 
 
 def test_nothing_is_acknowledged_until_it_is_written_and_a_failed_write_is_retried(
-    nats_server: NatsServer, tmp_path: Path
+    nats_server: NatsLike, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
 
@@ -292,7 +294,7 @@ async def failed_writes(archiver: Archiver) -> bool:
 
 
 def test_a_message_that_does_not_decode_is_quarantined_and_does_not_block_the_lake(
-    nats_server: NatsServer, tmp_path: Path
+    nats_server: NatsLike, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
 
@@ -315,7 +317,7 @@ def test_a_message_that_does_not_decode_is_quarantined_and_does_not_block_the_la
 
 
 def test_export_once_archives_everything_so_far_and_a_second_run_writes_nothing(
-    nats_server: NatsServer, tmp_path: Path
+    nats_server: NatsLike, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
 
@@ -341,7 +343,7 @@ def test_export_once_archives_everything_so_far_and_a_second_run_writes_nothing(
     asyncio.run(scenario())
 
 
-def test_a_stream_created_anew_is_refused_by_a_lake_of_the_old_one(nats_server: NatsServer, tmp_path: Path) -> None:
+def test_a_stream_created_anew_is_refused_by_a_lake_of_the_old_one(nats_server: NatsLike, tmp_path: Path) -> None:
     # Its sequences start again at 1: the lake would take its messages for ones it holds and skip them.
     lake = tmp_path / "lake"
 
@@ -364,7 +366,7 @@ def test_a_stream_created_anew_is_refused_by_a_lake_of_the_old_one(nats_server: 
 
 
 def test_the_lock_refuses_an_export_and_a_second_archiver_while_an_archiver_runs(
-    nats_server: NatsServer, tmp_path: Path
+    nats_server: NatsLike, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
 
@@ -388,7 +390,7 @@ def test_the_lock_refuses_an_export_and_a_second_archiver_while_an_archiver_runs
     asyncio.run(scenario())
 
 
-def test_the_lag_is_unknown_without_an_archiver_consumer(nats_server: NatsServer) -> None:
+def test_the_lag_is_unknown_without_an_archiver_consumer(nats_server: NatsLike) -> None:
     async def scenario() -> None:
         nc = await open_nats(nats_server)
         assert await archiver_lag(nc, CLUSTER) is None

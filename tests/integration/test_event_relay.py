@@ -34,15 +34,15 @@ from hightide.runtime.outbox import (
     read_cursor,
     write_cursor,
 )
-from support.nats import NatsServer
+from support.containers import NatsLike, nats_server
 
 CLUSTER = "relaytest"
 LOG = structlog.get_logger("test")
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[NatsServer]:
-    running = NatsServer(tmp_path / "nats").start()
+def server(tmp_path: Path) -> Iterator[NatsLike]:
+    running = nats_server(tmp_path / "nats").start()  # a container under HIGHTIDE_CONTAINERS=1
     yield running
     running.stop()
 
@@ -87,7 +87,7 @@ def _assert_exactly_once(envelopes: list[Envelope], expected: dict[str, int]) ->
 
 
 def test_every_event_reaches_the_stream_once_and_a_clean_close_removes_the_outbox(
-    tmp_path: Path, server: NatsServer
+    tmp_path: Path, server: NatsLike
 ) -> None:
     async def scenario() -> None:
         nc = await _connect(server.url)
@@ -109,7 +109,7 @@ def test_every_event_reaches_the_stream_once_and_a_clean_close_removes_the_outbo
     asyncio.run(scenario())
 
 
-def test_a_nats_outage_loses_and_duplicates_nothing(tmp_path: Path, server: NatsServer) -> None:
+def test_a_nats_outage_loses_and_duplicates_nothing(tmp_path: Path, server: NatsLike) -> None:
     async def scenario() -> None:
         nc = await _connect(server.url, pending_size=4096)
         pipeline = EventPipeline.open(
@@ -166,7 +166,7 @@ def _ended_outbox(directory: Path, header: OutboxHeader, count: int, per_record:
     return writer.path
 
 
-def test_a_lost_cursor_republishes_and_the_stream_keeps_one_copy(tmp_path: Path, server: NatsServer) -> None:
+def test_a_lost_cursor_republishes_and_the_stream_keeps_one_copy(tmp_path: Path, server: NatsLike) -> None:
     async def scenario() -> None:
         nc = await _connect(server.url)
         directory = tmp_path / "outbox"
@@ -195,7 +195,7 @@ def _emitter(header: OutboxHeader) -> Emitter:
 
 
 def test_an_ended_incarnations_outbox_is_replayed_from_its_cursor_by_the_next_process(
-    tmp_path: Path, server: NatsServer
+    tmp_path: Path, server: NatsLike
 ) -> None:
     """A process killed before its relay caught up: the next one with the same directory publishes the rest,
     from the cursor on (what was published before stays once), stops at a torn tail, and deletes the outbox."""
@@ -240,7 +240,7 @@ def test_an_ended_incarnations_outbox_is_replayed_from_its_cursor_by_the_next_pr
     asyncio.run(scenario())
 
 
-def test_a_live_incarnations_outbox_is_left_to_its_owner(tmp_path: Path, server: NatsServer) -> None:
+def test_a_live_incarnations_outbox_is_left_to_its_owner(tmp_path: Path, server: NatsLike) -> None:
     async def scenario() -> None:
         nc = await _connect(server.url)
         directory = tmp_path / "outbox"
@@ -262,7 +262,7 @@ def test_a_live_incarnations_outbox_is_left_to_its_owner(tmp_path: Path, server:
 
 
 def test_a_message_published_before_a_crash_is_published_again_exactly_as_planned(
-    tmp_path: Path, server: NatsServer
+    tmp_path: Path, server: NatsLike
 ) -> None:
     """The relay stored records 0-1 as one message and died before its cursor moved. The next relay must send
     that message again with the same records (the stream drops it as a copy) and the rest after it: grouping
