@@ -9,6 +9,7 @@ conditions with deadlines.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, Producer, TopicPartition
@@ -30,7 +31,14 @@ def test_admin_client_topics(bootstrap: str) -> None:
     with pytest.raises(Exception) as refused:
         again["ck-admin"].result(timeout=30)
     assert refused.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
-    metadata = admin.list_topics(timeout=15)
+
+    # CreateTopics answers once the controller committed the topic; a broker's metadata may lag behind it, as in
+    # KRaft, so the answer to Metadata is awaited, not assumed.
+    def listed() -> Any:
+        metadata = admin.list_topics(timeout=15)
+        return metadata if "ck-admin" in metadata.topics else None
+
+    metadata = wait_for(listed, 30, "the topic in a broker's metadata")
     assert sorted(metadata.brokers) == [1, 2, 3]
     assert sorted(metadata.topics["ck-admin"].partitions) == [0, 1]
     assert admin.delete_topics(["ck-admin"])["ck-admin"].result(timeout=30) is None
