@@ -31,6 +31,7 @@ from kio.static.primitive import Records
 
 from hightide.client.local_cluster import LocalCluster
 from hightide.protocol import kafka
+from hightide.protocol.records import encode_batch
 from support.cluster_cli import active_brokers, describe, wait_for
 
 pytestmark = pytest.mark.slow
@@ -207,3 +208,43 @@ def test_offsets_for_leader_epoch_answers_each_epochs_end(leader: tuple[str, int
     # Epoch 0 wrote offsets 0..2, so it ends where the next epoch began (3); the current epoch ends at the LEO.
     assert found[0] == (0, 0, 3)
     assert found[1][:2] == (0, epoch) and found[1][2] >= 3
+
+
+def _latest(sock: socket.socket, correlation_id: int) -> int:
+    body = ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=0,
+        topics=(ListOffsetsTopic(name=TOPIC, partitions=(ListOffsetsPartition(partition_index=0, timestamp=-1),)),),
+    )
+    send(sock, kafka.LIST_OFFSETS, 7, correlation_id, body)
+    answered, answer = receive(sock, kafka.LIST_OFFSETS, 7)
+    assert answered == correlation_id
+    return int(answer.topics[0].partitions[0].offset)
+
+
+def test_pipelined_produce_requests_are_appended_and_answered_in_their_order(leader: tuple[str, int]) -> None:
+    """Five acks=all Produce requests sent back to back on one connection, then a ListOffsets: the answers come in
+    the requests' order, each batch got the offsets right after the one before it, and the ListOffsets answer comes
+    last and counts all of them (it was served after every earlier answer was written)."""
+    listener, _ = leader
+    with socket.create_connection(_host_port(listener), timeout=30) as sock:
+        start = _latest(sock, 199)
+        for i in range(5):
+            batch = encode_batch([b"p%d-a" % i, b"p%d-b" % i])
+            data = PartitionProduceData(index=0, records=Records(batch))
+            produce = ProduceRequest(
+                transactional_id=None,
+                acks=-1,
+                timeout=datetime.timedelta(seconds=15),
+                topic_data=(TopicProduceData(name=TOPIC, partition_data=(data,)),),
+            )
+            send(sock, kafka.PRODUCE, 9, 200 + i, produce)
+        answers = [receive(sock, kafka.PRODUCE, 9) for _ in range(5)]
+        end = _latest(sock, 205)
+    assert [correlation_id for correlation_id, _ in answers] == [200, 201, 202, 203, 204]
+    placed = [
+        (int(a.responses[0].partition_responses[0].error_code), a.responses[0].partition_responses[0].base_offset)
+        for _, a in answers
+    ]
+    assert placed == [(0, start + 2 * i) for i in range(5)]
+    assert end == start + 10

@@ -3,8 +3,12 @@
 Room: services/broker (wiring; issue 15). This module owns the TCP side only: `listeners` and
 `advertised.listeners` (Kafka's names; one listener, of any of Kafka's four security protocols: TLS and the SASL
 step before dispatch are `kafka_security`'s), reading 4-byte-size frames (a size over
-`socket.request.max.bytes` or negative closes the connection, as Kafka's `NetworkReceive`), one request at a time
-per connection in order (Kafka mutes a connection until its answer is sent), and writing answers. What a request
+`socket.request.max.bytes` or negative closes the connection, as Kafka's `NetworkReceive`), and writing answers in
+the order of the requests. Kafka serves one request of a connection at a time (it mutes the connection until the
+answer is sent); here consecutive Produce requests are pipelined: each is handed to the driving task as soon as it is
+read, in order (so appends keep the connection's order, which idempotence needs), and the answers are written in
+that order as replication completes them, up to `PRODUCE_PIPELINE_DEPTH` at once (librdkafka keeps 5 in flight).
+Any other request waits until every earlier answer is written and is then served alone, as in Kafka. What a request
 means is `hightide.protocol.kafka` (the codec and the translation to internal requests); what it does is the
 `BrokerService`'s: Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch and Metadata go through the service's one
 driving task to the replica manager, exactly as the NATS requests do (so they emit the same events); CreateTopics,
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
     from hightide.broker.service import BrokerService
 
 PLAINTEXT: Final = "PLAINTEXT"
+PRODUCE_PIPELINE_DEPTH: Final = 16  # Produce requests of one connection handed on before their answers are written
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +125,7 @@ class KafkaListener:
         peer = writer.get_extra_info("peername")
         security = self.config.security
         auth = ConnectionAuthenticator(security, self.log, str(peer)) if security and security.uses_sasl else None
+        pipeline = _Pipeline(writer)
         try:
             while True:
                 authenticating = auth is not None and not auth.complete
@@ -146,34 +152,59 @@ class KafkaListener:
                 try:
                     request = kafka.parse_request(frame)
                 except kafka.UnservedRequest as error:
+                    await pipeline.drained()  # the earlier requests are answered first, as Kafka serves in order
                     self.log.warning(
                         "kafka_request_refused", peer=str(peer), error=str(error)[:512], head=frame[:64].hex()
                     )
                     self._connection_refused(peer, error.reason, error.api_key, error.api_version)
                     return
-                if (request.api_key, request.api_version) not in self._versions_seen:
-                    self._versions_seen.add((request.api_key, request.api_version))
-                    self.log.info(
-                        "kafka_api_version_first_served",
-                        api_key=request.api_key,
-                        api_version=request.api_version,
-                        client_id=(request.client_id or "")[:64],
-                    )
-                body = await self._answer(request)
-                if body is None:
-                    continue  # Produce with acks=0: Kafka sends no answer
-                writer.write(kafka.encode_response(request, body))
-                await writer.drain()
+                await self._serve(request, pipeline, writer)
         except (ConnectionError, OSError):
             return
         except Exception as error:  # a defect in a translation: this connection closes, the broker serves on
             self.log.error("kafka_request_failed", peer=str(peer), error=repr(error)[:512])
             return
         finally:
+            pipeline.close()
             self._connections.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _serve(self, request: kafka.Request, pipeline: _Pipeline, writer: asyncio.StreamWriter) -> None:
+        """A pipelined Produce is handed on and its answer queued; any other request waits for every earlier answer
+        to be written and is then served alone."""
+        self._note_version(request)
+        produce = self._pipelined_produce(request)
+        if produce is not None:
+            pending = await self.service.kafka_submit(BrokerApi.PRODUCE, produce)
+            await pipeline.put((request, produce.acks, pending))
+            return
+        await pipeline.drained()
+        body = await self._answer(request)
+        if body is None:
+            return  # Produce with acks=0: Kafka sends no answer
+        writer.write(kafka.encode_response(request, body))
+        await writer.drain()
+
+    def _pipelined_produce(self, request: kafka.Request) -> wire.ProduceRequest | None:
+        """The internal request of a Produce that can be pipelined (it translates cleanly); None: serve it alone."""
+        if request.api_key != kafka.PRODUCE or request.body is None:
+            return None
+        try:
+            return kafka.produce_request(request.body)
+        except ValidationError:
+            return None  # `_answer` gives the error answer, in order
+
+    def _note_version(self, request: kafka.Request) -> None:
+        if (request.api_key, request.api_version) not in self._versions_seen:
+            self._versions_seen.add((request.api_key, request.api_version))
+            self.log.info(
+                "kafka_api_version_first_served",
+                api_key=request.api_key,
+                api_version=request.api_version,
+                client_id=(request.client_id or "")[:64],
+            )
 
     async def _answer(self, request: kafka.Request) -> Any:
         key = request.api_key
@@ -347,3 +378,60 @@ def _config_text(value: topic_configs.ConfigValue) -> str:
     if isinstance(value, tuple):
         return ",".join(value)
     return str(value)
+
+
+_Pipelined = tuple[kafka.Request, int, "asyncio.Future[Any]"]  # (the request, its acks, the internal answer)
+
+
+class _Pipeline:
+    """The answers of one connection's pipelined Produce requests, written in the requests' order by a task of its
+    own as the driving task completes them. A failure to write ends the connection (ConnectionError for the reader)."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._queue: asyncio.Queue[_Pipelined] = asyncio.Queue(maxsize=PRODUCE_PIPELINE_DEPTH)
+        self._task: asyncio.Task[None] | None = None
+
+    async def put(self, item: _Pipelined) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._write_in_order())
+        self._check()
+        put = asyncio.ensure_future(self._queue.put(item))
+        await asyncio.wait({put, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        if not put.done():
+            put.cancel()
+        self._check()
+
+    async def drained(self) -> None:
+        if self._task is None:
+            return
+        self._check()
+        joined = asyncio.ensure_future(self._queue.join())
+        await asyncio.wait({joined, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        if not joined.done():
+            joined.cancel()
+        self._check()
+
+    def _check(self) -> None:
+        """The writer ended: the connection ends with its error (a defect in a translation is logged as one)."""
+        if self._task is None or not self._task.done():
+            return
+        error = None if self._task.cancelled() else self._task.exception()
+        if error is None or isinstance(error, (ConnectionError, OSError)):
+            raise ConnectionError("the connection's answers could not be written")
+        raise error
+
+    async def _write_in_order(self) -> None:
+        while True:
+            request, acks, answer = await self._queue.get()
+            try:
+                internal = await answer
+                if acks != 0:  # acks=0: Kafka sends no answer
+                    self._writer.write(kafka.encode_response(request, kafka.produce_response(request, internal)))
+                    await self._writer.drain()
+            finally:
+                self._queue.task_done()
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()

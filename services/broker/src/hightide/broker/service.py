@@ -477,9 +477,13 @@ class BrokerService:
 
     async def kafka_request(self, api: BrokerApi, body: wire.Wire) -> Any:
         """Hand a Kafka client's request, translated, to the driving task; its internal answer."""
+        return await (await self.kafka_submit(api, body))
+
+    async def kafka_submit(self, api: BrokerApi, body: wire.Wire) -> asyncio.Future[Any]:
+        """Hand a Kafka client's request to the driving task (in the order of the calls); the future of its answer."""
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         await self.inbox.put("kafka", _KafkaRequest(api, body, answer))
-        return await answer
+        return answer
 
     def _serve_kafka(self, request: _KafkaRequest, at: Now) -> list[Effect]:
         started = time.perf_counter()
