@@ -17,6 +17,9 @@ gives a request the same end: while it waits longer than expected, the metadata 
 fenced, restarted (a new broker epoch), or no longer the leader of a partition the request is for (another
 leader, or a newer leader epoch), the request ends as NETWORK_EXCEPTION. A request to a broker with no
 subscription left (a dead broker's subscriptions go with its connection) fails at once by NATS's no-responders.
+And when the client's own NATS connection is lost (its node of a NATS cluster dies) and nats-py reconnects to
+another node, a request sent before ends as NETWORK_EXCEPTION at the next watch: it or its answer may have been
+lost with the connection, as Kafka's client fails the requests of a closed connection (issue 14).
 """
 
 from __future__ import annotations
