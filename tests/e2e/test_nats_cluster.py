@@ -35,6 +35,7 @@ from hightide.client.connection import ClusterConnection
 from hightide.client.consumer import Consumer, ConsumerRecord
 from hightide.client.local_cluster import LocalCluster
 from hightide.client.producer import ProduceFailed, Producer, ProducerConfig, RecordFuture
+from hightide.lake import read_envelopes
 from hightide.protocol.subjects import controller_bucket, events_stream, metadata_stream
 from support.audited import assert_history_clean
 from support.cluster_cli import active_brokers, wait_for
@@ -50,6 +51,7 @@ REJOIN_S = 120.0
 BEFORE_KILL = 150  # records acknowledged before the kill
 AFTER_KILL = 300  # and after it
 RATE_PER_S = 100
+LAKE_S = 180.0  # more than the archiver's ack wait (60 s), after which a lost delivery comes again
 
 
 @pytest.fixture
@@ -182,6 +184,11 @@ def test_kill_9_of_the_metadata_streams_nats_leader_loses_no_acknowledged_record
                 await asyncio.wait_for(producer.flush(), 150)
             records = await read_all(conn, len(out.acked))
             events = await stream_info(js_nc, events_stream(CLUSTER_ID))
+            # A message the archiver's pull had taken when its NATS node died is redelivered only after the
+            # consumer's ack wait (60 s): the lake holds every event once it has them all, then the cluster stops.
+            started = time.monotonic()
+            await until(lambda: lake_holds(cluster.lake, events["state"]["last_seq"]), LAKE_S, "the lake to catch up")
+            print(f"the lake held every event {time.monotonic() - started:.1f} s after the run")
         finally:
             await conn.close()
             await js_nc.close()
@@ -216,3 +223,9 @@ async def all_whole(nc: Client) -> bool:
 async def led_by_another(nc: Client, old_leader: str) -> bool:
     leader = (await stream_info(nc, metadata_stream(CLUSTER_ID))).get("cluster", {}).get("leader")
     return bool(leader) and leader != old_leader
+
+
+async def lake_holds(lake: Path, last_seq: int) -> bool:
+    """Whether the lake holds every event stream message up to `last_seq`."""
+    held = await asyncio.to_thread(lambda: {sequence for sequence, _ in read_envelopes(lake)})
+    return held >= set(range(1, last_seq + 1))
