@@ -45,7 +45,9 @@ CLUSTER_FILE: Final = "cluster.json"
 DEFAULT_NATS_PORT: Final = 4222
 NATS_MAX_PAYLOAD: Final = "8MB"
 STOP_TIMEOUT_S: Final = 45.0
-ARCHIVER_CATCH_UP_S: Final = 30.0
+# More than the archiver's consumer ack wait (60 s, `hightide.lake.archiver.ACK_WAIT_S`): a message delivered to
+# the archiver over a NATS connection that then died (its node of a NATS cluster killed) comes again only after it.
+ARCHIVER_CATCH_UP_S: Final = 75.0
 LAKE_DIR: Final = "lake"
 MAX_NATS_NODES: Final = 5  # JetStream's replica limit: more nodes would add no replica
 NATS_READY_TIMEOUT_S: Final = 30.0
