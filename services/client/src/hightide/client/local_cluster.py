@@ -483,11 +483,13 @@ def stop_process(pid: int, *, hard: bool, timeout_s: float = STOP_TIMEOUT_S) -> 
 # -- a local NATS cluster (issue 14) --------------------------------------------------------------------------------
 
 
-def nats_node_config(*, node: int, client_ports: Sequence[int], route_ports: Sequence[int], store: Path) -> str:
+def nats_node_config(
+    *, node: int, client_ports: Sequence[int], route_ports: Sequence[int], store: Path, authorization: str = ""
+) -> str:
     """The whole nats-server configuration of node `node` (1-based) of a local NATS cluster: its client listener,
     JetStream on its own store, and (with `route_ports`, one per node) the cluster block routing it to every
-    node. Everything a node's configuration holds is made here, so that other settings (users, TLS) join it in
-    one place."""
+    node; `authorization` (the users' block, the same on every node) is appended as it is. Everything a node's
+    configuration holds is made here, so that other settings (users, TLS) join it in one place."""
     lines = [
         f"server_name: nats-{node}",
         f"listen: 127.0.0.1:{client_ports[node - 1]}",
@@ -505,6 +507,8 @@ def nats_node_config(*, node: int, client_ports: Sequence[int], route_ports: Seq
             f"  routes: [\n{routes}\n  ]",
             "}",
         ]
+    if authorization:
+        lines.append(authorization.rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 
