@@ -168,3 +168,33 @@ def test_an_out_of_order_answer_without_an_earlier_refusal_fails_the_batch() -> 
         assert error is not None and getattr(error, "error_code", None) is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
     asyncio.run(scenario(test))
+
+
+# -- issue 14 (clustered NATS): one lost answer must not let later batches push its batch out of the dedup window --
+
+
+def test_no_batch_goes_five_or_more_past_one_whose_answer_has_not_come() -> None:
+    """Over NATS one answer can be lost alone (the leader's NATS node died) while later ones come back. The leader
+    remembers its producer's last five batches, so the producer sends at most four batches past the oldest one
+    without an outcome: when that one is sent again it is still a duplicate the leader recognises, not an
+    OUT_OF_ORDER_SEQUENCE_NUMBER."""
+
+    async def test(leader: ScriptedLeader, producer: Producer) -> None:
+        futures = [await producer.send(TOPIC, b"%d" % i) for i in range(10)]
+        await until(lambda: len(leader.waiting) == 5, "five batches in flight")
+        stuck = leader.waiting[0]
+        assert stuck.base_sequence == 0
+        for _ in range(4):  # the later ones are answered; the first one's answer never comes
+            await until(lambda: len(leader.waiting) > 1, "a later batch to answer")
+            await leader.answer(leader.waiting[1], ErrorCode.NONE)
+        await producer.conn.nc.flush()
+        await leader.nc.flush()
+        assert leader.arrived == [0, 1, 2, 3, 4], "no batch went five past the unanswered one"
+        await leader.answer(stuck, ErrorCode.NONE)
+        while len(leader.arrived) < 10 or leader.waiting:
+            await until(lambda: bool(leader.waiting), "a batch to answer")
+            await leader.answer(leader.waiting[0], ErrorCode.NONE)
+        await producer.flush()
+        assert all(f.exception() is None for f in futures)
+
+    asyncio.run(scenario(test))

@@ -43,6 +43,7 @@ from hightide.runtime.outbox import (
     try_lock,
     write_cursor,
 )
+from hightide.runtime.stream_replicas import DEFAULT_STREAM_REPLICAS, cluster_replicas
 
 DEFAULT_RETENTION_MS: Final = 7 * 24 * 3600 * 1000
 # How long the stream remembers a message id. A relay that lost an ack republishes within seconds of NATS
@@ -78,13 +79,19 @@ def events_stream_config(
 
 
 async def ensure_events_stream(
-    js: JetStreamContext, cluster_id: str, *, replicas: int = 1, retention_ms: int = DEFAULT_RETENTION_MS
+    js: JetStreamContext,
+    cluster_id: str,
+    *,
+    replicas: int = DEFAULT_STREAM_REPLICAS,
+    retention_ms: int = DEFAULT_RETENTION_MS,
 ) -> None:
-    """Create the stream if it does not exist (an existing one is left as it is configured)."""
+    """Create the stream if it does not exist (an existing one is left as it is configured), with `replicas`
+    clamped to the NATS cluster's size (`stream_replicas`)."""
     name = events_stream(cluster_id)
     try:
         await js.stream_info(name)
     except NotFoundError:
+        replicas = cluster_replicas(js, replicas)
         try:
             await js.add_stream(events_stream_config(cluster_id, replicas=replicas, retention_ms=retention_ms))
         except APIError:
@@ -189,7 +196,7 @@ class EventRelay:
         log: Any,
         *,
         window: int = RELAY_WINDOW,
-        replicas: int = 1,
+        replicas: int = DEFAULT_STREAM_REPLICAS,
         retention_ms: int = DEFAULT_RETENTION_MS,
         publish_timeout_s: float = PUBLISH_TIMEOUT_S,
     ) -> None:
@@ -479,7 +486,7 @@ class EventPipeline:
         emitter_id: int,
         log: Any,
         also: EventSink | None = None,
-        replicas: int = 1,
+        replicas: int = DEFAULT_STREAM_REPLICAS,
         retention_ms: int = DEFAULT_RETENTION_MS,
         publish_timeout_s: float = PUBLISH_TIMEOUT_S,
     ) -> EventPipeline:

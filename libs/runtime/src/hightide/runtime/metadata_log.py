@@ -28,6 +28,7 @@ from nats.js.kv import KeyValue
 
 from hightide.protocol.metadata import MetadataBatch, decode_metadata_batch, encode_metadata_batch
 from hightide.protocol.subjects import EPOCH_KEY, LEASE_KEY, controller_bucket, metadata_stream, metadata_subject
+from hightide.runtime.stream_replicas import DEFAULT_STREAM_REPLICAS, cluster_replicas
 
 WRONG_LAST_SEQUENCE: Final = 10071
 STREAM_READ_TIMEOUT_S: Final = 5.0
@@ -45,7 +46,7 @@ class Lease:
 
 
 class MetadataLog:
-    def __init__(self, nc: Client, cluster_id: str, *, replicas: int = 1) -> None:
+    def __init__(self, nc: Client, cluster_id: str, *, replicas: int = DEFAULT_STREAM_REPLICAS) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream(timeout=STREAM_READ_TIMEOUT_S)
         self.cluster_id = cluster_id
@@ -54,7 +55,8 @@ class MetadataLog:
         self.replicas = replicas
 
     async def ensure_stream(self) -> None:
-        """Create the stream if it does not exist. It keeps every message: the log is the cluster's history."""
+        """Create the stream if it does not exist. It keeps every message: the log is the cluster's history. It is
+        replicated `replicas` times, at most the NATS cluster's size (`stream_replicas`)."""
         try:
             await self.js.stream_info(self.stream)
         except NotFoundError:
@@ -62,7 +64,7 @@ class MetadataLog:
                 name=self.stream,
                 subjects=[self.subject],
                 storage=api.StorageType.FILE,
-                num_replicas=self.replicas,
+                num_replicas=cluster_replicas(self.nc, self.replicas),
                 retention=api.RetentionPolicy.LIMITS,
                 discard=api.DiscardPolicy.NEW,
                 max_msgs=-1,
@@ -118,8 +120,9 @@ class MetadataLog:
 class ControllerLease:
     """The lease and the controller epoch in one KV bucket."""
 
-    def __init__(self, nc: Client, cluster_id: str, *, lease_ms: int, replicas: int = 1) -> None:
+    def __init__(self, nc: Client, cluster_id: str, *, lease_ms: int, replicas: int = DEFAULT_STREAM_REPLICAS) -> None:
         assert lease_ms >= 1000, "JetStream per-message TTLs are whole seconds"
+        self.nc = nc
         self.js: JetStreamContext = nc.jetstream(timeout=STREAM_READ_TIMEOUT_S)
         self.bucket_name = controller_bucket(cluster_id)
         self.ttl_s = math.ceil(lease_ms / 1000)
@@ -133,7 +136,7 @@ class ControllerLease:
             except BucketNotFoundError:
                 try:
                     self._kv = await self.js.create_key_value(
-                        bucket=self.bucket_name, history=1, replicas=self.replicas
+                        bucket=self.bucket_name, history=1, replicas=cluster_replicas(self.nc, self.replicas)
                     )
                 except APIError:
                     self._kv = await self.js.key_value(self.bucket_name)

@@ -35,6 +35,7 @@ from hightide.runtime.names import SERVER_CONFIG_NAMES
 from hightide.runtime.nats import NatsUnavailable, connect, nats_settings
 from hightide.runtime.outbox import OutboxError
 from hightide.runtime.shutdown import Shutdown
+from hightide.runtime.stream_replicas import DEFAULT_STREAM_REPLICAS, MAX_STREAM_REPLICAS
 
 BENCH_EVENTS_ENV = "HIGHTIDE_BENCH_EVENTS"  # "off": no event emission, for the emission-cost benchmark only
 
@@ -108,7 +109,13 @@ def run_service(
                 common.cluster_id,
                 name,
                 service_id,
-                replicas=get_int(common.properties, "events.stream.replicas", 1, minimum=1, maximum=5),
+                replicas=get_int(
+                    common.properties,
+                    "events.stream.replicas",
+                    DEFAULT_STREAM_REPLICAS,
+                    minimum=1,
+                    maximum=MAX_STREAM_REPLICAS,
+                ),
                 retention_ms=get_int(common.properties, "events.retention.ms", DEFAULT_RETENTION_MS, minimum=60_000),
             )
         return asyncio.run(_serve(settings, build, registry, args, log, events))

@@ -105,6 +105,9 @@ def _cluster_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     up.add_argument("--detach", action="store_true", help="return once the cluster is ready")
     up.add_argument("--timeout", type=_positive, default=60.0, help="seconds to wait for readiness")
     up.add_argument("--canary", action="store_true", help="also run `hightide canary` on it (issue 13)")
+    up.add_argument(  # issue 14: clustered NATS
+        "--nats-nodes", type=int, default=1, help="nats-server processes to run as one cluster (1 to 5; default 1)"
+    )
     up.set_defaults(run=commands.cluster_up)
     down = cluster.add_parser("down", parents=[common], help="stop the local cluster")
     down.set_defaults(run=commands.cluster_down)

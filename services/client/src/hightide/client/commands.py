@@ -22,7 +22,7 @@ from hightide.client.admin import Admin
 from hightide.client.client_events import open_client_events, records_consumed, send_completed, send_invoked
 from hightide.client.connection import ClusterConnection
 from hightide.client.consumer import Consumer, ConsumerConfig
-from hightide.client.local_cluster import ClusterError, LocalCluster, pid_alive
+from hightide.client.local_cluster import MAX_NATS_NODES, ClusterError, LocalCluster, pid_alive
 from hightide.client.producer import ProduceFailed, Producer, ProducerConfig, RecordFuture
 from hightide.core import topic_configs
 from hightide.protocol import wire
@@ -83,6 +83,10 @@ def cluster_up(args: argparse.Namespace) -> int:
     cluster = LocalCluster(args.data_dir)
     _url, cluster_id = cluster_address(args)
     _key_values(args.config)
+    if not 1 <= args.nats_nodes <= MAX_NATS_NODES:  # issue 14: clustered NATS
+        raise UsageError(f"--nats-nodes must be 1 to {MAX_NATS_NODES}, not {args.nats_nodes}")
+    if args.nats_url is not None and args.nats_nodes != 1:
+        raise UsageError("--nats-nodes starts NATS here: it cannot be combined with --nats-url")
     state = cluster.up(
         brokers=args.brokers,
         controllers=args.controllers,
@@ -90,6 +94,7 @@ def cluster_up(args: argparse.Namespace) -> int:
         config=args.config or [],
         nats_url=args.nats_url,
         canary=args.canary,
+        nats_nodes=args.nats_nodes,
     )
     print(f"starting a local cluster: {state.nats_url}, {args.controllers} controller(s), {args.brokers} broker(s)")
     status = asyncio.run(_wait_ready(state.nats_url, state.cluster_id, args.brokers, args.timeout))

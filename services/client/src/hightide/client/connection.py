@@ -17,6 +17,9 @@ gives a request the same end: while it waits longer than expected, the metadata 
 fenced, restarted (a new broker epoch), or no longer the leader of a partition the request is for (another
 leader, or a newer leader epoch), the request ends as NETWORK_EXCEPTION. A request to a broker with no
 subscription left (a dead broker's subscriptions go with its connection) fails at once by NATS's no-responders.
+And when the client's own NATS connection is lost (its node of a NATS cluster dies) and nats-py reconnects to
+another node, a request sent before ends as NETWORK_EXCEPTION at the next watch: it or its answer may have been
+lost with the connection, as Kafka's client fails the requests of a closed connection (issue 14).
 """
 
 from __future__ import annotations
@@ -145,11 +148,22 @@ class ClusterConnection:
         assert sent and len({s.leader for s in sent}) == 1, "one request goes to one broker"
         assert watch_every_s > 0
         topics = tuple(sorted({s.topic for s in sent}))
+        reconnects = self._reconnects()
         answer = asyncio.ensure_future(self.broker(sent[0].leader, api, body, kind, timeout_s=timeout_s))
         try:
             # The request ends by itself at its timeout (REQUEST_TIMED_OUT); the watch only ends it sooner.
             done, _ = await asyncio.wait({answer}, timeout=watch_after_s)
             while not done:
+                if self._reconnects() != reconnects:
+                    # Issue 14 (clustered NATS): the NATS connection the request went out on died (its node was
+                    # killed) and the client reconnected to another node. The request or its answer may have been
+                    # lost with it, and nothing else would end the wait before request.timeout.ms, while later
+                    # requests go through and push this one's sequence out of the leader's five-batch
+                    # deduplication window: Kafka's client fails the requests of a closed connection at once.
+                    raise RequestFailed(
+                        f"the NATS connection the request to broker {sent[0].leader} went out on was lost",
+                        ErrorCode.NETWORK_EXCEPTION,
+                    )
                 await self.refresh(topics, max_age_s=watch_every_s)
                 if answer.done():
                     break  # the real answer, if it came meanwhile, wins
@@ -167,6 +181,10 @@ class ClusterConnection:
                 answer.cancel()
                 with contextlib.suppress(asyncio.CancelledError, RequestFailed):
                     await answer
+
+    def _reconnects(self) -> int:
+        """How many times the NATS connection has been re-established (nats-py's own count)."""
+        return int(self.nc.stats.get("reconnects", 0))
 
     # -- metadata ----------------------------------------------------------------------------------------------
 

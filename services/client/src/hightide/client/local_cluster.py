@@ -11,6 +11,13 @@ services run as separate processes (`python -m hightide.broker`, `python -m high
 `down` stops the services in the order that loses no event: brokers, then controllers (each relays its final
 events to the EVENTS stream as it stops), then the archiver once it has acknowledged everything in the stream
 (or after `ARCHIVER_CATCH_UP_S`), then nats-server.
+
+With `nats_nodes` > 1 (issue 14: `cluster up --nats-nodes 3`) NATS is a cluster of that many nats-server processes
+on 127.0.0.1 free ports, routed to each other, each with JetStream on its own store (`<data-dir>/nats-<n>/`);
+`nats_url` in `cluster.json` lists every node's URL (comma-separated), so every service and command connects with
+all of them and reconnects to another node when one dies. `up` starts the services only once every node is routed
+to every other and JetStream answers, so the streams are created with all the replicas the cluster can hold.
+A node's whole configuration is made by `nats_node_config`.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -38,8 +45,12 @@ CLUSTER_FILE: Final = "cluster.json"
 DEFAULT_NATS_PORT: Final = 4222
 NATS_MAX_PAYLOAD: Final = "8MB"
 STOP_TIMEOUT_S: Final = 45.0
-ARCHIVER_CATCH_UP_S: Final = 30.0
+# More than the archiver's consumer ack wait (60 s, `hightide.lake.archiver.ACK_WAIT_S`): a message delivered to
+# the archiver over a NATS connection that then died (its node of a NATS cluster killed) comes again only after it.
+ARCHIVER_CATCH_UP_S: Final = 75.0
 LAKE_DIR: Final = "lake"
+MAX_NATS_NODES: Final = 5  # JetStream's replica limit: more nodes would add no replica
+NATS_READY_TIMEOUT_S: Final = 30.0
 
 
 class ClusterError(Exception):
@@ -125,6 +136,7 @@ class ClusterState:
     canary_http_port: int | None = None
 
     kafka_listeners: dict[str, str] = field(default_factory=dict)  # broker id -> host:port (issue 15)
+    nats_pids: dict[str, int] = field(default_factory=dict)  # NATS node -> pid (issue 14); nats_pid is node 1's
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -138,6 +150,7 @@ class ClusterState:
             "canary": self.canary,
             "canary_http_port": self.canary_http_port,
             "kafka_listeners": self.kafka_listeners,
+            "nats_pids": self.nats_pids,
         }
 
 
@@ -167,6 +180,7 @@ class LocalCluster:
             canary=None if body.get("canary") is None else int(body["canary"]),
             canary_http_port=None if body.get("canary_http_port") is None else int(body["canary_http_port"]),
             kafka_listeners={k: str(v) for k, v in body.get("kafka_listeners", {}).items()},
+            nats_pids={k: int(v) for k, v in body.get("nats_pids", {}).items()},
         )
 
     def write_state(self, state: ClusterState) -> None:
@@ -185,15 +199,26 @@ class LocalCluster:
         config: Sequence[str],
         nats_url: str | None = None,
         canary: bool = False,
+        nats_nodes: int = 1,
     ) -> ClusterState:
         existing = self.read_state()
-        if existing is not None and pid_alive(existing.nats_pid):
+        if existing is not None and any(pid_alive(pid) for pid in (existing.nats_pid, *existing.nats_pids.values())):
             raise ClusterError(f"a cluster is already running from {self.data_dir} (hightide cluster down first)")
+        if not 1 <= nats_nodes <= MAX_NATS_NODES:
+            raise ClusterError(f"a local NATS cluster has 1 to {MAX_NATS_NODES} nodes, not {nats_nodes}")
+        if nats_url is not None and nats_nodes != 1:
+            raise ClusterError("--nats-nodes starts NATS here: it cannot be combined with --nats-url")
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
-        nats_pid = -1
+        nats_pids: dict[str, int] = {}
         if nats_url is None:
-            nats_url, nats_pid = self._start_nats()
-        state = ClusterState(nats_url=nats_url, cluster_id=cluster_id, nats_pid=nats_pid, config=list(config))
+            nats_url, nats_pids = self._start_nats(nats_nodes)
+        state = ClusterState(
+            nats_url=nats_url,
+            cluster_id=cluster_id,
+            nats_pid=nats_pids.get("1", -1),
+            config=list(config),
+            nats_pids=nats_pids if nats_nodes > 1 else {},
+        )
         self.write_state(state)
         for controller_id in range(1, controllers + 1):
             self.start_controller(controller_id, state)
@@ -204,27 +229,86 @@ class LocalCluster:
             self.start_canary(state)
         return state
 
-    def _start_nats(self) -> tuple[str, int]:
-        port = free_port(DEFAULT_NATS_PORT)
-        store = self.data_dir / "nats"
-        store.mkdir(parents=True, exist_ok=True)
-        conf = self.data_dir / "nats.conf"
-        conf.write_text(
-            f'listen: 127.0.0.1:{port}\nmax_payload: {NATS_MAX_PAYLOAD}\njetstream {{\n  store_dir: "{store}"\n}}\n'
-        )
-        log = open(self.data_dir / "logs" / "nats-server.log", "ab")  # noqa: SIM115 (the child keeps it)
+    def _start_nats(self, nodes: int) -> tuple[str, dict[str, int]]:
+        """Start `nodes` nats-server processes (one: the single server of old, its client port 4222 when free; more:
+        a routed cluster on free ports) and wait until they form one cluster with JetStream answering. The URL
+        lists every node."""
+        client_ports = [free_port(DEFAULT_NATS_PORT)] + [free_port() for _ in range(nodes - 1)]
+        route_ports = [free_port() for _ in range(nodes)] if nodes > 1 else []
+        pids: dict[str, int] = {}
+        for node in range(1, nodes + 1):
+            store = self._nats_store(node, nodes)
+            store.mkdir(parents=True, exist_ok=True)
+            self._nats_conf(node, nodes).write_text(
+                nats_node_config(node=node, client_ports=client_ports, route_ports=route_ports, store=store)
+            )
+            pids[str(node)] = self._spawn_nats(node, nodes)
+        urls = [f"nats://127.0.0.1:{port}" for port in client_ports]
+        try:
+            for node, port in enumerate(client_ports, start=1):
+                self._wait_nats_port(node, nodes, pids[str(node)], port)
+            if nodes > 1 and not _run_async(_nats_cluster_ready(urls, NATS_READY_TIMEOUT_S)):
+                raise ClusterError(
+                    f"the {nodes} nats-servers did not form a cluster with JetStream within "
+                    f"{NATS_READY_TIMEOUT_S:.0f} s (see {self.data_dir / 'logs'}/nats-server-*.log)"
+                )
+        except ClusterError:
+            for pid in pids.values():
+                stop_process(pid, hard=True)
+            raise
+        return ",".join(urls), pids
+
+    def _nats_conf(self, node: int, nodes: int) -> Path:
+        return self.data_dir / ("nats.conf" if nodes == 1 else f"nats-{node}.conf")
+
+    def _nats_store(self, node: int, nodes: int) -> Path:
+        return self.data_dir / ("nats" if nodes == 1 else f"nats-{node}")
+
+    def _nats_log(self, node: int, nodes: int) -> Path:
+        return self.data_dir / "logs" / ("nats-server.log" if nodes == 1 else f"nats-server-{node}.log")
+
+    def _spawn_nats(self, node: int, nodes: int) -> int:
+        log = open(self._nats_log(node, nodes), "ab")  # noqa: SIM115 (the child keeps it)
         process = subprocess.Popen(
-            [find_nats_server(), "-c", str(conf)], stdout=log, stderr=log, start_new_session=True
+            [find_nats_server(), "-c", str(self._nats_conf(node, nodes))],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
         )
-        url = f"nats://127.0.0.1:{port}"
+        return process.pid
+
+    def _wait_nats_port(self, node: int, nodes: int, pid: int, port: int) -> None:
         deadline = time.monotonic() + 15
         while True:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise ClusterError(f"nats-server did not start (see {self.data_dir / 'logs' / 'nats-server.log'})")
+                return
+            if not pid_alive(pid) or time.monotonic() > deadline:
+                raise ClusterError(f"nats-server did not start (see {self._nats_log(node, nodes)})")
             time.sleep(0.05)  # polling for the port to open, bounded by the deadline above
-        return url, process.pid
+
+    def start_nats_node(self, node: int) -> int:
+        """(Re)start one node of a local NATS cluster with its own configuration and store: it rejoins the cluster
+        and JetStream catches its stream replicas up."""
+        state = self._require_state()
+        if str(node) not in state.nats_pids:
+            raise ClusterError(f"NATS node {node} is not part of this cluster (it has {len(state.nats_pids)} nodes)")
+        running = state.nats_pids[str(node)]
+        if pid_alive(running):
+            raise ClusterError(f"NATS node {node} is already running (pid {running})")
+        pid = self._spawn_nats(node, len(state.nats_pids))
+        state.nats_pids[str(node)] = pid
+        if node == 1:
+            state.nats_pid = pid
+        self.write_state(state)
+        return pid
+
+    def stop_nats_node(self, node: int, *, hard: bool) -> None:
+        """Stop one node of a local NATS cluster (`hard`: SIGKILL, as a crash)."""
+        state = self._require_state()
+        pid = state.nats_pids.get(str(node))
+        if pid is None:
+            raise ClusterError(f"NATS node {node} is not part of this cluster (it has {len(state.nats_pids)} nodes)")
+        stop_process(pid, hard=hard)
 
     def _spawn(self, name: str, argv: list[str]) -> int:
         log = open(self.data_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 (the child keeps it)
@@ -329,8 +413,11 @@ class LocalCluster:
         if state.archiver is not None and pid_alive(state.archiver):
             wait_archived(state.nats_url, state.cluster_id, ARCHIVER_CATCH_UP_S)
             stop_process(state.archiver, hard=False)
-        if state.nats_pid > 0:
-            stop_process(state.nats_pid, hard=False)
+        for pid in state.nats_pids.values() or ([state.nats_pid] if state.nats_pid > 0 else []):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for pid in state.nats_pids.values() or ([state.nats_pid] if state.nats_pid > 0 else []):
+            stop_process(pid, hard=False)
         return state
 
     def _require_state(self) -> ClusterState:
@@ -344,12 +431,17 @@ def wait_archived(nats_url: str, cluster_id: str, timeout_s: float) -> bool:
     """Wait until the archiver has acknowledged every message in the EVENTS stream (true), or give up after
     `timeout_s`, or at once when NATS or the archiver's consumer cannot be asked (false). Callable from inside an
     event loop too (the benchmark's cluster stops from async code): then it waits on a thread of its own."""
+    return _run_async(_wait_archived(nats_url, cluster_id, timeout_s))
+
+
+def _run_async(coroutine: Coroutine[Any, Any, bool]) -> bool:
+    """Run `coroutine` to its end from sync code, on a thread of its own when called inside an event loop."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(_wait_archived(nats_url, cluster_id, timeout_s))
+        return asyncio.run(coroutine)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, _wait_archived(nats_url, cluster_id, timeout_s)).result()
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 async def _wait_archived(nats_url: str, cluster_id: str, timeout_s: float) -> bool:
@@ -357,7 +449,7 @@ async def _wait_archived(nats_url: str, cluster_id: str, timeout_s: float) -> bo
     from hightide.lake.archiver import archiver_lag  # noqa: PLC0415
 
     try:
-        nc = await nats.connect(nats_url, connect_timeout=2, allow_reconnect=False)
+        nc = await nats.connect(_servers(nats_url), connect_timeout=2, allow_reconnect=False)
     except (OSError, nats.errors.Error, TimeoutError):
         return False
     deadline = time.monotonic() + timeout_s
@@ -386,3 +478,62 @@ def stop_process(pid: int, *, hard: bool, timeout_s: float = STOP_TIMEOUT_S) -> 
                 os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + 5
         time.sleep(0.02)  # polling the process table for the exit, bounded by the deadline above
+
+
+# -- a local NATS cluster (issue 14) --------------------------------------------------------------------------------
+
+
+def nats_node_config(
+    *, node: int, client_ports: Sequence[int], route_ports: Sequence[int], store: Path, authorization: str = ""
+) -> str:
+    """The whole nats-server configuration of node `node` (1-based) of a local NATS cluster: its client listener,
+    JetStream on its own store, and (with `route_ports`, one per node) the cluster block routing it to every
+    node; `authorization` (the users' block, the same on every node) is appended as it is. Everything a node's
+    configuration holds is made here, so that other settings (users, TLS) join it in one place."""
+    lines = [
+        f"server_name: nats-{node}",
+        f"listen: 127.0.0.1:{client_ports[node - 1]}",
+        f"max_payload: {NATS_MAX_PAYLOAD}",
+        "jetstream {",
+        f'  store_dir: "{store}"',
+        "}",
+    ]
+    if route_ports:
+        routes = "\n".join(f"    nats-route://127.0.0.1:{port}" for port in route_ports)
+        lines += [
+            "cluster {",
+            "  name: hightide-local",
+            f"  listen: 127.0.0.1:{route_ports[node - 1]}",
+            f"  routes: [\n{routes}\n  ]",
+            "}",
+        ]
+    if authorization:
+        lines.append(authorization.rstrip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+def _servers(nats_url: str) -> list[str]:
+    return [server.strip() for server in nats_url.split(",") if server.strip()]
+
+
+async def _nats_cluster_ready(urls: Sequence[str], timeout_s: float) -> bool:
+    """Whether, within `timeout_s`, every node lists every other node's client URL (they are all routed) and
+    JetStream answers its API (the meta group has a leader)."""
+    deadline = time.monotonic() + timeout_s
+    expected = {url.removeprefix("nats://") for url in urls}
+    pending = list(urls)
+    while pending and time.monotonic() < deadline:
+        url = pending[0]
+        with contextlib.suppress(OSError, nats.errors.Error, TimeoutError):
+            nc = await nats.connect(url, connect_timeout=1, allow_reconnect=False)
+            try:
+                info = getattr(nc, "_server_info", {})  # the connect INFO; nats-py has no public accessor
+                if set(info.get("connect_urls") or ()) >= expected:
+                    answer = json.loads((await nc.request("$JS.API.INFO", b"", timeout=1)).data)
+                    if "error" not in answer:
+                        pending.pop(0)
+                        continue
+            finally:
+                await nc.close()
+        await asyncio.sleep(0.1)  # polling for the routes and the meta leader, bounded by the deadline above
+    return not pending

@@ -170,6 +170,7 @@ class _Batch:
         "last_error",
         "maybe_written",
         "producer_id",
+        "sent_index",
         "sequence",
         "size",
         "timestamps",
@@ -192,6 +193,7 @@ class _Batch:
         self.last_attempt_end = 0.0  # monotonic seconds: retry.backoff.ms counts from here
         self.last_error = ErrorCode.REQUEST_TIMED_OUT  # of the last attempt (the error a failure reports)
         self.maybe_written = False  # some attempt ended without a definite answer
+        self.sent_index = 0  # the partition's count of batches sent when this one was first sent (issue 14)
 
 
 class RecordFuture:
@@ -232,6 +234,7 @@ class _PartitionQueue:
     in_flight: int = 0
     unresolved: list[_Batch] = field(default_factory=list)  # sent, without an outcome yet (in flight or to retry)
     retry: list[_Batch] = field(default_factory=list)  # refused retriably: sent again one by one, in sequence order
+    sent: int = 0  # batches sent so far (first sends), to bound how far past the oldest unresolved one they go
 
 
 class Producer:
@@ -507,7 +510,7 @@ class Producer:
                     continue
                 await self._retry_first(queue)
                 continue
-            if not queue.batches or queue.in_flight >= window:
+            if not queue.batches or queue.in_flight >= window or self._past_dedup_window(queue):
                 if self._closing and not queue.batches and not queue.in_flight:
                     return
                 await self._wait(queue)
@@ -525,10 +528,24 @@ class Producer:
             if self.config.partitioner_availability_timeout_ms > 0:
                 self._leader_took(queue)
             self._encode(queue, batch)
+            queue.sent += 1
+            batch.sent_index = queue.sent
             queue.unresolved.append(batch)
             queue.in_flight += 1
             assert self._group is not None
             self._group.create_task(self._send_once(queue, batch))
+
+    def _past_dedup_window(self, queue: _PartitionQueue) -> bool:
+        """Whether the next batch would be `max.in.flight.requests.per.connection` (at most 5) or more batches past
+        the oldest one still unresolved (issue 14). The leader remembers only its producer's last five batches, so
+        a retry of that one must come before five later batches are written, or it is refused as
+        OUT_OF_ORDER_SEQUENCE_NUMBER. Over TCP Kafka's window of requests in flight is enough, as a lost answer
+        closes the connection and fails them all; over NATS one answer can be lost alone (the broker's NATS node
+        died) while later ones come back, so the window must count from the oldest unresolved batch."""
+        if not queue.unresolved:
+            return False
+        oldest = min(batch.sent_index for batch in queue.unresolved)
+        return queue.sent + 1 - oldest >= self.config.max_in_flight_requests_per_connection
 
     @staticmethod
     async def _wait(queue: _PartitionQueue) -> None:

@@ -16,6 +16,7 @@ from hightide.runtime.events import EventSink
 from hightide.runtime.metrics import ControllerMetrics
 from hightide.runtime.names import CONTROLLER_CONFIG_NAMES
 from hightide.runtime.service import common_parser, parse_common, run_service
+from hightide.runtime.stream_replicas import DEFAULT_STREAM_REPLICAS, MAX_STREAM_REPLICAS
 
 _HIGHTIDE_ONLY = ("controller.lease.ms", "metadata.log.replicas")
 
@@ -35,7 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster_id=common.cluster_id,
             config=ControllerConfig.from_properties(core_props),
             lease_ms=get_int(props, "controller.lease.ms", 3_000, minimum=1_000),
-            metadata_log_replicas=get_int(props, "metadata.log.replicas", 1, minimum=1, maximum=5),
+            metadata_log_replicas=get_int(
+                props, "metadata.log.replicas", DEFAULT_STREAM_REPLICAS, minimum=1, maximum=MAX_STREAM_REPLICAS
+            ),
         )
     except (ConfigError, InvalidControllerConfig) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")

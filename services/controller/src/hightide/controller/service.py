@@ -48,6 +48,7 @@ from hightide.protocol.subjects import CONTROLLER_QUEUE, ControllerApi, api_of, 
 from hightide.runtime.events import EventSink
 from hightide.runtime.metadata_log import ControllerLease, Lease, MetadataLog, NotActiveController
 from hightide.runtime.rpc import Inbox, reply
+from hightide.runtime.stream_replicas import DEFAULT_STREAM_REPLICAS
 
 TICK_INTERVAL_S: Final = 0.1
 STANDBY_POLL_S: Final = 0.25
@@ -59,7 +60,7 @@ class ControllerSettings:
     cluster_id: str
     config: ControllerConfig
     lease_ms: int = 3_000
-    metadata_log_replicas: int = 1
+    metadata_log_replicas: int = DEFAULT_STREAM_REPLICAS
 
 
 class Deposed(NotActiveController):
