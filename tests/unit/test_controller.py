@@ -74,12 +74,13 @@ class Cluster:
         assert image_violations(self.image, self.control.config) == []
         return result
 
-    def register(self, *broker_ids: int, clean: bool = True) -> None:
+    def register(self, *broker_ids: int, clean: bool = True, directory: str = "") -> None:
         for broker_id in broker_ids:
             previous = self.epochs.get(broker_id, -1) if clean else -1
             self.incarnations[broker_id] = self.incarnations.get(broker_id, 0) + 1
             incarnation = f"broker-{broker_id}-{self.incarnations[broker_id]}"
-            reply = self.commit(self.control.register_broker(broker_id, incarnation, previous, self.now_ms)).response
+            result = self.control.register_broker(broker_id, incarnation, previous, self.now_ms, directory_id=directory)
+            reply = self.commit(result).response
             assert reply.error is ErrorCode.NONE, reply
             self.epochs[broker_id] = reply.broker_epoch
 
