@@ -71,6 +71,16 @@ def test_hand_written_histories_agree(spark: SparkSession, tmp_path: Path) -> No
     assert _violations(found["compacted_loss"]) == {"acks_all_acknowledged_committed", "leader_completeness"}
 
 
+def test_wiped_disk_histories_agree(spark: SparkSession, tmp_path: Path) -> None:
+    """Branch i13-elr: a wiped disk is a lossy crash. One wiped replica elected is a violation; wiped disks of min ISR
+    replicas are an attributed loss."""
+    one = _both(spark, hand.wiped_history(both=False), tmp_path / "wiped")
+    both = _both(spark, hand.wiped_history(both=True), tmp_path / "wiped_both")
+    assert _violations(one) == {"acks_all_acknowledged_committed", "leader_completeness"}
+    assert _violations(both) == set()
+    assert {f.cause for f in both} == {"lossy_crashes"}
+
+
 def test_a_clean_simulated_run_agrees_and_gives_no_violation(spark: SparkSession, tmp_path: Path) -> None:
     """Seed 7 crashes brokers, loses acks=1 records across leader changes (attributed) and converges."""
     found = _both(spark, unchecked_history(7), tmp_path / "lake")

@@ -105,12 +105,12 @@ class SimController:
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
-    def start(self, now_ms: int) -> None:
-        """Take the lease, register and unfence every broker, then create the topic."""
+    def start(self, now_ms: int, directory_ids: Mapping[int, str] | None = None) -> None:
+        """Take the lease, register and unfence every broker (on its log dir), then create the topic."""
         self._emit(self._takeover())
         for broker in self.brokers:
             self.restarted(broker)
-            assert self.register(broker, now_ms)
+            assert self.register(broker, now_ms, (directory_ids or {}).get(broker, ""))
             self._heartbeat(broker, now_ms)
         self.create_topic()
 
@@ -138,12 +138,12 @@ class SimController:
         """A broker process started again: a new incarnation, which must register before it may act."""
         self.incarnations[broker] += 1
 
-    def register(self, broker: int, now_ms: int) -> bool:
+    def register(self, broker: int, now_ms: int, directory_id: str = "") -> bool:
         """Register the broker's current incarnation (a killed broker left no clean-shutdown marker). Refused
         (DUPLICATE_BROKER_REGISTRATION) while the previous incarnation's session is still valid: the broker
         retries, and by the time it succeeds the controller has fenced the old incarnation."""
         incarnation = f"broker-{broker}-incarnation-{self.incarnations[broker]}"
-        reply = self._commit(self.control.register_broker(broker, incarnation, -1, now_ms))
+        reply = self._commit(self.control.register_broker(broker, incarnation, -1, now_ms, directory_id=directory_id))
         assert reply.error.name in ("NONE", "DUPLICATE_BROKER_REGISTRATION"), reply
         return reply.error.name == "NONE"
 

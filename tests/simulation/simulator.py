@@ -201,6 +201,7 @@ class Simulation:
                     b,
                     random.Random(self.rng.random()),
                     defaults={"segment.jitter.ms": str(self.config.segment_jitter_ms)},
+                    directory_id=f"broker-{b}-dir-0",
                 ),
             )
             for b in range(1, self.config.brokers + 1)
@@ -230,7 +231,7 @@ class Simulation:
         self._timer_sequence = 0
         for node in [*self.brokers, CONTROLLER, ACKS_ALL_PRODUCER, ACKS_ONE_PRODUCER, CONSUMER]:
             self._schedule(self.now_ms + self.rng.randint(1, self.config.tick_ms), "tick", node)
-        self.controller.start(self.now_ms)
+        self.controller.start(self.now_ms, {b: broker.disk.directory_id for b, broker in self.brokers.items()})
         for broker in self.brokers.values():
             broker.wall_skew_ms = self.rng.randint(-CLOCK_SKEW_MS_MAX, CLOCK_SKEW_MS_MAX)
             broker.start(self.now_ms)
@@ -301,7 +302,8 @@ class Simulation:
                 if self.rng.random() < self.config.flush_probability:
                     broker.flush()
                 reachable = self._reaches_controller(node)
-                if not broker.registered and reachable and self.controller.register(node, self.now_ms):
+                directory = broker.disk.directory_id
+                if not broker.registered and reachable and self.controller.register(node, self.now_ms, directory):
                     broker.registered_as(self.controller.registered_epoch(node), self.now_ms)
                 if broker.registered:
                     epoch = self.controller.registered_epoch(node)

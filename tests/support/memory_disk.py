@@ -404,6 +404,9 @@ class MemoryDisk:
     # appends larger than OVERSIZED_BYTES (as a follower whose segment.bytes is smaller than its leader's batches).
     fault: str | None = None
     retention_runs: list[RetentionRun] = field(default_factory=list)
+    # The log dir's `directory.id` (meta.properties, KIP-858); a wiped disk comes back with another (branch i13-elr).
+    directory_id: str = ""
+    wipes: int = 0
 
     # -- the storage effects -------------------------------------------------------------------------------------
 
@@ -610,6 +613,13 @@ class MemoryDisk:
                 lost[tp] = end - cut
                 log.cut_back(cut)  # what recovery finds: the files cut, no truncation of the replica layer's
         return lost
+
+    def wipe(self) -> None:
+        """The disk is wiped or replaced while its broker is down: no log is left, and the log dir is a new one
+        (a new directory id, as a fresh meta.properties gives)."""
+        self.logs.clear()
+        self.wipes += 1
+        self.directory_id = f"broker-{self.broker_id}-dir-{self.wipes}"
 
     def log_states(self) -> list[LogState]:
         """What a restarted broker finds: each log, its topic id and its checkpoints."""

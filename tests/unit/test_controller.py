@@ -74,12 +74,13 @@ class Cluster:
         assert image_violations(self.image, self.control.config) == []
         return result
 
-    def register(self, *broker_ids: int, clean: bool = True) -> None:
+    def register(self, *broker_ids: int, clean: bool = True, directory: str = "") -> None:
         for broker_id in broker_ids:
             previous = self.epochs.get(broker_id, -1) if clean else -1
             self.incarnations[broker_id] = self.incarnations.get(broker_id, 0) + 1
             incarnation = f"broker-{broker_id}-{self.incarnations[broker_id]}"
-            reply = self.commit(self.control.register_broker(broker_id, incarnation, previous, self.now_ms)).response
+            result = self.control.register_broker(broker_id, incarnation, previous, self.now_ms, directory_id=directory)
+            reply = self.commit(result).response
             assert reply.error is ErrorCode.NONE, reply
             self.epochs[broker_id] = reply.broker_epoch
 
@@ -217,16 +218,17 @@ def test_the_defaults_are_krafts() -> None:
     config = ControllerConfig()
     assert config.broker_session_timeout_ms == 9_000
     assert (config.min_insync_replicas, config.unclean_leader_election_enable) == (1, False)
-    assert (config.eligible_leader_replicas_enable, config.auto_leader_rebalance_enable) == (False, True)
+    # Kafka 4.1 enables eligible leader replicas (KIP-966) on new clusters.
+    assert (config.eligible_leader_replicas_enable, config.auto_leader_rebalance_enable) == (True, True)
     assert (config.leader_imbalance_per_broker_percentage, config.leader_imbalance_check_interval_seconds) == (10, 300)
     assert (config.default_replication_factor, config.num_partitions) == (1, 1)
 
 
 def test_settings_read_by_kafkas_names() -> None:
     config = ControllerConfig.from_properties(
-        {"broker.session.timeout.ms": "18000", "eligible.leader.replicas.enable": "TRUE", "min.insync.replicas": "2"}
+        {"broker.session.timeout.ms": "18000", "eligible.leader.replicas.enable": "FALSE", "min.insync.replicas": "2"}
     )
-    assert (config.broker_session_timeout_ms, config.eligible_leader_replicas_enable) == (18_000, True)
+    assert (config.broker_session_timeout_ms, config.eligible_leader_replicas_enable) == (18_000, False)
     assert config.min_insync_replicas == 2
 
 
@@ -409,7 +411,7 @@ def test_fencing_reports_each_change() -> None:
 
 def test_the_last_isr_member_stays_in_the_isr_and_the_partition_goes_offline() -> None:
     # PartitionChangeBuilder: without ELR the ISR is never set empty.
-    cluster = Cluster()
+    cluster = Cluster(eligible_leader_replicas_enable=False)  # the legacy mode
     cluster.register(0, 1)
     cluster.unfence(0, 1)
     cluster.create("foo", [[0, 1]])
@@ -426,7 +428,7 @@ def test_the_last_isr_member_stays_in_the_isr_and_the_partition_goes_offline() -
 
 def test_unclean_election_when_leaderless_partitions_have_a_live_replica() -> None:
     # ReplicationControlManagerTest.testMaybeTriggerUncleanLeaderElectionForLeaderlessPartitions (static config).
-    cluster = Cluster(unclean_leader_election_enable=True)
+    cluster = Cluster(unclean_leader_election_enable=True, eligible_leader_replicas_enable=False)  # the legacy mode
     cluster.register(0, 1, 2, 3, 4)
     cluster.unfence(0, 1, 2, 3, 4)
     cluster.create("foo", [[1, 2, 4], [1, 3, 4], [0, 2, 4]])
@@ -443,7 +445,7 @@ def test_unclean_election_when_leaderless_partitions_have_a_live_replica() -> No
 
 
 def test_unclean_election_only_where_the_topic_allows_it() -> None:
-    cluster = Cluster()
+    cluster = Cluster(eligible_leader_replicas_enable=False)  # the legacy mode
     cluster.register(0, 1)
     cluster.unfence(0, 1)
     cluster.create("strict", [[0, 1]])
@@ -500,7 +502,7 @@ def test_a_broker_that_leads_nothing_shuts_down_at_once() -> None:
 
 
 def test_the_only_isr_member_shuts_down_and_the_partition_goes_offline() -> None:
-    cluster = Cluster()
+    cluster = Cluster(eligible_leader_replicas_enable=False)  # the legacy mode
     cluster.register(0, 1)
     cluster.unfence(0, 1)
     cluster.create("foo", [[0, 1]])
@@ -1156,7 +1158,7 @@ def test_a_fenced_last_known_leader_is_not_elected() -> None:
 
 def test_elect_unclean_leaders() -> None:
     # ReplicationControlManagerTest.testElectUncleanLeaders.
-    cluster = Cluster()
+    cluster = Cluster(eligible_leader_replicas_enable=False)  # the legacy mode
     cluster.register(0, 1, 2, 3, 4)
     cluster.unfence(0, 1, 2, 3, 4)
     cluster.create("foo", [[1, 2, 3], [2, 3, 4], [0, 2, 1]])
@@ -1201,7 +1203,7 @@ def test_electing_every_partition_leaves_out_those_not_needing_it() -> None:
 def test_preferred_election_does_not_trigger_unclean_election() -> None:
     # ReplicationControlManagerTest.testPreferredElectionDoesNotTriggerUncleanElection (the topic allows
     # unclean elections from its creation here).
-    cluster = Cluster()
+    cluster = Cluster(eligible_leader_replicas_enable=False)  # the legacy mode
     cluster.register(1, 2, 3, 4)
     cluster.unfence(1, 2, 3, 4)
     cluster.create("foo", [[1, 2, 3]])
@@ -1414,7 +1416,7 @@ def test_kafkas_elr_system_test() -> None:
 def test_last_replica_standing_without_elr() -> None:
     # reliability.md 5.1 (KIP-966's motivation): without ELR the last ISR member is re-elected after an unclean
     # shutdown, even though it may have lost committed records.
-    cluster = Cluster()
+    cluster = Cluster(eligible_leader_replicas_enable=False)  # the legacy mode
     cluster.register(0, 1, 2)
     cluster.unfence(0, 1, 2)
     cluster.create("foo", [[2, 0, 1]], min_insync_replicas="2")
@@ -1469,7 +1471,8 @@ def test_the_image_checker_catches_a_violating_image(
 
 def test_the_image_checker_passes_a_sound_image() -> None:
     record = PartitionRecord(topic_id="t", partition=0, replicas=(0, 1, 2), isr=(1,), leader=NO_LEADER)
-    assert image_violations(broken_image(record, fence_broker_1=True), ControllerConfig()) == []
+    legacy = ControllerConfig(eligible_leader_replicas_enable=False)  # the fenced last ISR member is kept
+    assert image_violations(broken_image(record, fence_broker_1=True), legacy) == []
 
 
 def test_the_change_checker_catches_bad_epochs() -> None:
@@ -1591,7 +1594,7 @@ def test_an_offline_replica_is_never_elected_not_even_uncleanly() -> None:
     """Given foo-0 whose only ISR member is 1 (2 and 3 fenced), when 1 reports it offline, then 1 stays the last
     ISR member (KRaft never empties the ISR without ELR) but loses the leadership, and an unclean election finds no
     leader; once 2 is back, the unclean election takes 2, never 1."""
-    cluster = three_brokers()
+    cluster = three_brokers(eligible_leader_replicas_enable=False)  # the legacy mode
     cluster.create("foo", [[1, 2, 3]])
     cluster.fence(2, 3)
     assert cluster.leader_and_isr("foo") == (1, (1,))
@@ -1633,7 +1636,7 @@ def test_with_elr_a_replica_in_the_elr_that_goes_offline_leaves_it() -> None:
 def test_unfencing_in_the_same_heartbeat_never_elects_the_replica_it_reports_offline() -> None:
     """Given foo-0 leaderless with only broker 1 (fenced) in its ISR, when broker 1 heartbeats to be unfenced and
     reports foo-0 offline in the same heartbeat, then the unfencing elects nothing for foo-0."""
-    cluster = three_brokers()
+    cluster = three_brokers(eligible_leader_replicas_enable=False)  # the legacy mode
     cluster.create("foo", [[1, 2]])
     cluster.fence(2)
     cluster.fence(1, 2)

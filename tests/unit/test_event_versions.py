@@ -112,6 +112,8 @@ def test_stamping_touches_decisions_only() -> None:
         "ControllerElected", "ControllerDeposed", "ProducerIdsAllocated", "AlterPartitionAnswered",
         # partition reassignment (issue 13)
         "PartitionReassignmentStarted", "PartitionReassignmentCompleted", "PartitionReassignmentCancelled",
+        # a replaced log directory (branch i13-elr)
+        "LogDirReplaced",
     }  # fmt: skip
 
 

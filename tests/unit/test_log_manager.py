@@ -110,7 +110,7 @@ def test_illegal_topic_partitions_are_refused_and_create_nothing(tmp_path: Path,
         ErrorCode.INVALID_TOPIC_EXCEPTION,
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     )
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "meta.properties"]
 
 
 def test_retention_and_flushing_run_over_every_log(tmp_path: Path) -> None:

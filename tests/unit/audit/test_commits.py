@@ -221,6 +221,50 @@ def test_given_only_one_lossy_crash_below_min_isr_then_the_loss_is_a_violation()
     assert (lost.first_offset, lost.last_offset, lost.cause) == (1, 1, "")
 
 
+# -- a wiped disk is a lossy crash (branch i13-elr) ---------------------------------------------------------------
+
+
+def wiped_history(*, both: bool) -> list[Envelope]:
+    """As `lossy_history`, but broker 2 (and, if `both`, broker 1) comes back on a wiped disk: its broker creates the
+    log afresh, empty (LogOpened `created`, LEO 0), and broker 2 leads epoch 1 with nothing."""
+    created = events.TopicCreated(
+        topic=T, topic_id="t1", partitions=1, replication_factor=2, configs=(("min.insync.replicas", "2"),)
+    )
+    one = emitted(Emitter("broker", 1, "broker-1-1"), opened(1), follower(1, 1, 2)) if both else []
+    two = emitted(
+        broker(2), opened(2), follower(2, 0, 1), epoch_started(2, 0, 0), appended(2, 0, 1), hw(2, 0, 2)
+    ) + emitted(Emitter("broker", 2, "broker-2-1"), opened(2), epoch_started(2, 1, 0), leader(2, 1, 0))
+    return [*emitted(Emitter("controller", 100, "c"), created), *old_leader(), *one, *two]
+
+
+def test_given_one_wiped_replica_elected_with_data_elsewhere_then_it_is_a_violation() -> None:
+    """min ISR 2 and only broker 2 wiped: broker 1 still holds offsets 0..1, so electing the empty replica loses
+    committed records without cause."""
+    history = wiped_history(both=False)
+    (incomplete,) = run("leader_completeness", history)
+    assert (incomplete.first_offset, incomplete.last_offset, incomplete.cause) == (0, 1, "")
+    (lost,) = run("acks_all_acknowledged_committed", history)
+    assert (lost.first_offset, lost.last_offset, lost.cause) == (0, 1, "")
+
+
+def test_given_wiped_disks_of_min_isr_replicas_then_the_loss_is_attributed_to_lossy_crashes() -> None:
+    history = wiped_history(both=True)
+    (lost,) = run("acks_all_acknowledged_committed", history)
+    assert (lost.first_offset, lost.last_offset, lost.cause) == (0, 1, "lossy_crashes")
+    assert {"broker:1:broker-1-1:0", "broker:2:broker-2-1:0"} <= set(lost.events)
+
+
+def test_given_a_log_deleted_and_created_again_then_no_lossy_crash() -> None:
+    """A replica removed (LogDeleted) and later hosted again starts empty by design: not a crash."""
+    deleted = events.LogDeleted(topic=T, partition=0, replica=2, log_end_offset=2, reason="not_a_replica")
+    history = wiped_history(both=True)
+    again = [e for e in history if e.emitter.incarnation != "broker-2-1"] + emitted(
+        Emitter("broker", 2, "broker-2-1"), deleted, opened(2), epoch_started(2, 1, 0), leader(2, 1, 0)
+    )
+    (lost,) = run("acks_all_acknowledged_committed", again)
+    assert lost.cause == ""
+
+
 def test_given_a_follower_whose_hw_and_log_start_move_in_one_fetch_answer_then_the_deleted_suffix_is_not_compared() -> (
     None
 ):

@@ -30,9 +30,10 @@ is neither elected nor let back into an ISR (INELIGIBLE_REPLICA) until the broke
 
 Events: every PartitionRecord and PartitionChangeRecord has its PartitionChanged (`reason`: created, isr_shrink,
 isr_expand, election, controlled_shutdown, broker_fenced, broker_unfenced, broker_restarted, unclean_shutdown,
-broker_unregistered, replica_offline), every leader change its LeaderElected (`election`: clean, elr, unclean,
-preferred, controlled_shutdown); brokers get BrokerRegistered, BrokerUnfenced, ControlledShutdownStarted and
-BrokerFenced (`reason`: session_timeout, controlled_shutdown, requested, unregistered); a replica reported
+broker_unregistered, replica_offline, log_dir_replaced), every leader change its LeaderElected (`election`: clean,
+elr, unclean, preferred, controlled_shutdown); brokers get BrokerRegistered (after a LogDirReplaced when its log
+dir is new), BrokerUnfenced, ControlledShutdownStarted and BrokerFenced (`reason`: session_timeout,
+controlled_shutdown, requested, unregistered); a replica reported
 offline its ReplicaMarkedOffline; topics TopicCreated and TopicDeleted; every AlterPartition its
 AlterPartitionAnswered.
 
@@ -148,6 +149,7 @@ __all__ = [
     "effective_min_isr",
     "elect_leader",
     "image_violations",
+    "log_dir_replaced",
     "next_broker_state",
     "partition_violations",
     "preferred_elections_due",
@@ -221,6 +223,14 @@ class _Context:
     broker_to_remove: int | None = None
     broker_to_add: int | None = None
     broker_with_unclean_shutdown: int | None = None
+    broker_with_replaced_log_dir: int | None = None
+
+
+def log_dir_replaced(previous_directory_id: str, directory_id: str) -> bool:
+    """Whether a broker registers on a log dir other than its previous registration's (KIP-858: a new
+    meta.properties `directory.id` is a new, empty directory). An unknown id ("", a broker or a log written before
+    directory ids) is never taken for a replacement."""
+    return bool(previous_directory_id) and bool(directory_id) and previous_directory_id != directory_id
 
 
 class ReplicationControl:
@@ -258,12 +268,20 @@ class ReplicationControl:
     # -- brokers ------------------------------------------------------------------------------------------------
 
     def register_broker(
-        self, broker_id: int, incarnation_id: str, previous_broker_epoch: int, now_ms: int, kafka_listener: str = ""
+        self,
+        broker_id: int,
+        incarnation_id: str,
+        previous_broker_epoch: int,
+        now_ms: int,
+        kafka_listener: str = "",
+        directory_id: str = "",
     ) -> ControllerResult[BrokerRegistrationReply]:
         """Kafka's registerBroker. The new broker epoch is the offset the result's first record will get. A new
         incarnation's old partitions are handled first: as a fencing after a clean shutdown (the broker's epoch
         on disk equals its last registration's), or with ELR enabled, after an unclean one, by removing it from
-        every ISR and ELR. The broker registers fenced and is unfenced by a later heartbeat."""
+        every ISR and ELR. A broker whose log dir is not the one it last registered with (`log_dir_replaced`: its
+        disk was wiped or replaced) leaves every ISR, ELR and last known ELR whatever its shutdown looked like
+        (LogDirReplaced). The broker registers fenced and is unfenced by a later heartbeat."""
         self._check_no_outstanding()
         existing = self._image.broker(broker_id)
         if broker_id < 0:
@@ -282,13 +300,17 @@ class ReplicationControl:
             # A same-incarnation retry of an unfenced broker is clean; Kafka writes its fenced registration
             # without moving its leaderships, Hightide moves them first so no fenced broker ever leads.
             clean = not new_incarnation or existing.broker_epoch == previous_broker_epoch
-            self._handle_restart(work, broker_id, clean)
+            if log_dir_replaced(existing.directory_id, directory_id):
+                self._handle_replaced_log_dir(work, broker_id, existing.directory_id, directory_id, broker_epoch)
+            else:
+                self._handle_restart(work, broker_id, clean)
         record = RegisterBrokerRecord(
             broker_id=broker_id,
             broker_epoch=broker_epoch,
             incarnation_id=incarnation_id,
             previous_broker_epoch=previous_broker_epoch,
             kafka_listener=kafka_listener,
+            directory_id=directory_id,
         )
         registered = events.BrokerRegistered(
             broker=broker_id, broker_epoch=broker_epoch, previous_broker_epoch=previous_broker_epoch, fenced=True
@@ -868,6 +890,26 @@ class ReplicationControl:
             context = _Context(reason="broker_restarted", broker_to_remove=broker_id)
             self._update_partitions(work, work.image.partitions_with_isr_member(broker_id), context)
 
+    def _handle_replaced_log_dir(
+        self, work: _Decision, broker_id: int, previous_directory_id: str, directory_id: str, broker_epoch: int
+    ) -> None:
+        """KIP-858 for a whole log dir: the broker's replicas on the old directory are gone, so (as after an
+        unclean shutdown with ELR, but whether or not its shutdown was clean) it leaves every ISR and ELR, and
+        every last known ELR too; without ELR the last ISR member is still kept (the legacy rule)."""
+        replaced = events.LogDirReplaced(
+            broker=broker_id,
+            broker_epoch=broker_epoch,
+            previous_directory_id=previous_directory_id,
+            directory_id=directory_id,
+        )
+        work.events.append(replaced)
+        context = _Context(
+            reason="log_dir_replaced", broker_with_unclean_shutdown=broker_id, broker_with_replaced_log_dir=broker_id
+        )
+        self._update_partitions(work, work.image.partitions_with_isr_member(broker_id), context)
+        self._update_partitions(work, work.image.partitions_with_elr_member(broker_id), context)
+        self._update_partitions(work, work.image.partitions_with_last_known_elr_member(broker_id), context)
+
     # -- partition changes --------------------------------------------------------------------------------------
 
     def _update_partitions(self, work: _Decision, partitions: Iterable[TopicPartition], context: _Context) -> None:
@@ -889,6 +931,7 @@ class ReplicationControl:
                 election=self._election_for(topic),
                 target_isr=[r for r in partition.isr if r not in removed],
                 unclean_shutdown_replicas=frozenset() if unclean is None else frozenset({unclean}),
+                emptied_replicas=frozenset({b for b in (context.broker_with_replaced_log_dir,) if b is not None}),
             )
             if change is not None:
                 self._commit(work, topic, partition_id, change, context)

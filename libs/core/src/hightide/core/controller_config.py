@@ -36,13 +36,17 @@ class ControllerConfig:
     `leader_imbalance_per_broker_percentage` is the ZooKeeper controller's rule, which KRaft dropped (it elects
     every imbalanced partition); set it to 0 for KRaft's behaviour. `max_elections_per_imbalance` is KRaft's
     constant MAX_ELECTIONS_PER_IMBALANCE, a setting here only so tests can lower it.
+
+    `eligible_leader_replicas_enable` is Kafka's feature `eligible.leader.replicas.version` (KIP-966) as a boolean:
+    on by default, as Kafka 4.1 enables it on new clusters; `eligible.leader.replicas.enable=false` is the legacy
+    mode (no ELR, the last ISR member is kept), in which a replica that lost its log can be elected.
     """
 
     broker_session_timeout_ms: int = 9_000
     # The cluster-wide defaults of these two topic configs: Kafka's, from the table of topic configs.
     min_insync_replicas: int = int_default(MIN_INSYNC_REPLICAS)
     unclean_leader_election_enable: bool = bool_default(UNCLEAN_LEADER_ELECTION_ENABLE)
-    eligible_leader_replicas_enable: bool = False
+    eligible_leader_replicas_enable: bool = True
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_seconds: int = 300

@@ -59,6 +59,8 @@ class BrokerRegistration:
     may not lead nor join an ISR or ELR until the broker registers again (after its log recovery)."""
     kafka_listener: str = ""
     """Its advertised Kafka listener, host:port (issue 15; "" when it has none)."""
+    directory_id: str = ""
+    """The `directory.id` of its log dir at its registration (KIP-858's meta.properties; "" when it sent none)."""
 
     @property
     def active(self) -> bool:
@@ -218,6 +220,7 @@ class MetadataImage:
             in_controlled_shutdown=False,
             registration_offset=offset,
             kafka_listener=record.kafka_listener,
+            directory_id=record.directory_id,
         )
         brokers = {**self.brokers, record.broker_id: registration}
         return replace(self, brokers=brokers, last_broker_epoch=record.broker_epoch)
@@ -347,6 +350,9 @@ class MetadataImage:
 
     def partitions_with_elr_member(self, broker_id: int) -> tuple[TopicPartition, ...]:
         return tuple(tp for tp, p in self.all_partitions() if broker_id in p.elr)
+
+    def partitions_with_last_known_elr_member(self, broker_id: int) -> tuple[TopicPartition, ...]:
+        return tuple(tp for tp, p in self.all_partitions() if broker_id in p.last_known_elr)
 
     def offline_replicas(self, topic: str, partition: int) -> tuple[int, ...]:
         """The partition's replicas whose broker reported them offline, in replica order (Kafka's

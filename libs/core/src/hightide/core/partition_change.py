@@ -65,6 +65,7 @@ def build_partition_change(
     target_isr: Sequence[int] | None = None,
     unclean_shutdown_replicas: frozenset[int] = frozenset(),
     target_assignment: Assignment | None = None,
+    emptied_replicas: frozenset[int] = frozenset(),
 ) -> PartitionChange | None:
     """Kafka's `PartitionChangeBuilder.build()` without leader recovery state; None if nothing changes.
     `target_assignment` (replicas, removing, adding) starts, changes or reverts a reassignment; None keeps the
@@ -78,7 +79,8 @@ def build_partition_change(
        becomes the whole ISR and empties the ELR.
     3. set the ISR if it changed; with ELR disabled it never becomes empty (the last member stays, leaderless).
     4. the last known ELR holds the last leader, set when the ISR first becomes empty and cleared once the
-       partition has a leader again (Kafka's useLastKnownLeaderInBalancedRecovery, its default).
+       partition has a leader again (Kafka's useLastKnownLeaderInBalancedRecovery, its default). Never one of
+       `emptied_replicas` (a replica whose log dir was replaced holds nothing: electing it would lose everything).
     """
     target = list(partition.isr if target_isr is None else target_isr)
     assignment = target_assignment or Assignment(
@@ -126,7 +128,9 @@ def build_partition_change(
         leader=leader,
         isr=isr,
         elr=record_elr,
-        last_known_elr=_last_known_leader(partition, isr, leader) if elr_enabled else None,
+        last_known_elr=_without(
+            _last_known_leader(partition, isr, leader) if elr_enabled else None, partition, emptied_replicas
+        ),
         replicas=_changed(assignment.replicas, partition.replicas),
         removing_replicas=_changed(assignment.removing, partition.removing_replicas),
         adding_replicas=_changed(assignment.adding, partition.adding_replicas),
@@ -151,6 +155,15 @@ def _populate_target_elr(
         return []
     candidates = set(partition.elr) | set(partition.isr)
     return sorted(r for r in candidates if r not in target_isr and r not in unclean_shutdown and r in target_replicas)
+
+
+def _without(
+    last_known: tuple[int, ...] | None, partition: PartitionRegistration, emptied: frozenset[int]
+) -> tuple[int, ...] | None:
+    """The record's last known ELR with the emptied replicas left out (None: no change)."""
+    current = partition.last_known_elr if last_known is None else last_known
+    kept = tuple(r for r in current if r not in emptied)
+    return last_known if kept == current else kept
 
 
 def _changed(target: tuple[int, ...], current: tuple[int, ...]) -> tuple[int, ...] | None:

@@ -604,7 +604,7 @@ class TopicDeleted(Event):
 class PartitionChanged(Event):
     """The controller committed a partition's new state (every change bumps `partition_epoch`). `reason`:
     created, isr_shrink, isr_expand, election, controlled_shutdown, broker_fenced, broker_unfenced,
-    broker_restarted, unclean_shutdown, broker_unregistered, replica_offline, reassignment."""
+    broker_restarted, unclean_shutdown, broker_unregistered, replica_offline, reassignment, log_dir_replaced."""
 
     VERSION: ClassVar[int] = 2
     FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("controller_epoch", "metadata_offset")}
@@ -1011,3 +1011,22 @@ class KafkaConnectionRefused(Event):
     reason: str
     api_key: Int32 = -1
     api_version: Int32 = -1
+
+
+# -- a replaced log directory (issue 13, branch i13-elr) -------------------------------------------------------
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogDirReplaced(Event):
+    """A broker registered with a log directory other than the one its previous registration named (KIP-858's
+    `directory.id` in meta.properties): its disk was wiped or replaced, so its replicas hold nothing of what they
+    held, however cleanly it seems to have stopped. It leaves every ISR, ELR and last known ELR (PartitionChanged
+    reason log_dir_replaced) and may lead again only once a leader's AlterPartition brings it back in sync."""
+
+    broker: Int32
+    broker_epoch: Int64
+    previous_directory_id: str
+    directory_id: str
+    controller_epoch: Int32 = NO_CONTROLLER_EPOCH
+    metadata_offset: Int64 = NO_METADATA_OFFSET

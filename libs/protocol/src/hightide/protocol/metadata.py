@@ -8,9 +8,10 @@ Kafka's names and meanings (`metadata/src/main/resources/common/metadata/*.json`
 
 | record                          | Kafka's fields left out                                                  |
 | ------------------------------- | ------------------------------------------------------------------------ |
-| RegisterBrokerRecord            | rack, features, log dirs; endpoints are one `kafka_listener` (host:port, |
-|                                 | issue 15). `previous_broker_epoch` is kept so the log itself says       |
-|                                 | whether the broker registered after a clean stop                        |
+| RegisterBrokerRecord            | rack, features; log dirs are one `directory_id` (the log dir's          |
+|                                 | meta.properties `directory.id`, "" when unknown); endpoints are one     |
+|                                 | `kafka_listener` (host:port, issue 15). `previous_broker_epoch` is kept |
+|                                 | so the log itself says whether the broker registered after a clean stop |
 | BrokerRegistrationChangeRecord  | log dirs, replaced by `offline_replicas` (the broker's replicas whose    |
 |                                 | log is unusable); `None` stands for Kafka's "no change" of each field   |
 | PartitionRecord                 | directories, leader recovery state                                       |
@@ -56,6 +57,7 @@ class RegisterBrokerRecord:
     previous_broker_epoch: Int64
     fenced: bool = True
     kafka_listener: str = ""  # issue 15: the advertised Kafka listener, host:port ("" when none)
+    directory_id: str = ""  # i13-elr: the log dir's directory.id (KIP-858), "" when the broker sent none
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

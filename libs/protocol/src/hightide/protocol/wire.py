@@ -248,6 +248,7 @@ class BrokerRegistrationRequest(Wire):
     incarnation_id: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     previous_broker_epoch: Int64 = -1
     kafka_listener: ShortText = ""  # issue 15: the advertised Kafka listener, host:port ("" when none)
+    directory_id: ShortText = ""  # i13-elr: the log dir's directory.id (KIP-858's meta.properties), "" when none
 
 
 class BrokerRegistrationResponse(Response):

@@ -4,6 +4,7 @@ Room: libs/storage. Kafka's LogManager, for one log dir:
 
     <log dir>/
       .lock                               held (flock) while a broker owns the dir
+      meta.properties                     the dir's identity: `version=1`, `directory.id=<id>` (KIP-858)
       .kafka_cleanshutdown                present only between a clean shutdown and the next start
       recovery-point-offset-checkpoint    topic partition offset: flushed up to here
       log-start-offset-checkpoint         topic partition offset: the low watermark
@@ -15,6 +16,11 @@ Room: libs/storage. Kafka's LogManager, for one log dir:
 The marker keeps Kafka's name and JSON body (`{"version":0,"brokerEpoch":N}`), so Kafka's tools recognise a
 Hightide log dir, and the broker epoch it records lets the controller tell a clean restart from an unclean one
 (KIP-966). Without the marker, every log recovers from its checkpointed recovery point.
+
+`meta.properties` (Kafka's name and `key=value` lines) gives the dir a `directory.id`, written once when the dir is
+first opened without one (`directory_created`): a wiped or replaced disk comes back with a new id, so the
+controller can tell a broker on an empty new dir from one that kept its logs, whatever its shutdown marker says.
+A dir that predates the file (it already holds partition logs) is given an id too, but is not reported as new.
 
 A log that a disk failure took offline (`PartitionLog.offline`) stays in `logs` so its owner can report it, but
 periodic work skips it, and a shutdown with an offline log writes no marker: its files need recovery.
@@ -51,6 +57,7 @@ from hightide.storage.errors import StorageError
 from hightide.storage.log import DeletedSegment, PartitionLog
 
 CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
+META_PROPERTIES: Final = "meta.properties"
 CLEANER_OFFSET_CHECKPOINT: Final = "cleaner-offset-checkpoint"
 LOCK_FILE: Final = ".lock"
 DELETE_DIR_SUFFIX: Final = "-delete"
@@ -89,6 +96,8 @@ class LogManager:
         self._disk = disk
         self.logs: dict[TopicPartition, PartitionLog] = {}
         self.previous_clean_shutdown: CleanShutdown | None = None
+        self.directory_id = ""
+        self.directory_created = False  # the dir had no meta.properties and no partition logs: new or wiped
         self._lock_fd = -1
         self._recovery_points = OffsetCheckpointFile(log_dir / RECOVERY_POINT_OFFSET_CHECKPOINT)
         self._log_start_offsets = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT)
@@ -134,6 +143,7 @@ class LogManager:
 
     def _load(self, now: WallMs, topic_configs: dict[str, LogConfig]) -> None:
         self.remove_deleted_logs()
+        self._identify()
         marker = self.log_dir / CLEAN_SHUTDOWN_FILE
         self.previous_clean_shutdown = _read_clean_shutdown(marker)
         clean = self.previous_clean_shutdown is not None
@@ -156,6 +166,19 @@ class LogManager:
         if clean:
             marker.unlink()
             fsync_directory(self.log_dir)
+
+    def _identify(self) -> None:
+        """Read the dir's `directory.id`, or give it one (uuid4, hex) and write meta.properties durably."""
+        path = self.log_dir / META_PROPERTIES
+        properties = _read_properties(path)
+        if properties is not None and properties.get("directory.id"):
+            self.directory_id = properties["directory.id"]
+            return
+        self.directory_created = properties is None and not any(True for _ in self._partition_dirs())
+        self.directory_id = uuid.uuid4().hex
+        kept = {k: v for k, v in (properties or {}).items() if k not in ("version", "directory.id")}
+        lines = ["version=1", f"directory.id={self.directory_id}", *(f"{k}={v}" for k, v in sorted(kept.items()))]
+        write_atomically(path, "\n".join(lines) + "\n")
 
     def _partition_dirs(self) -> Iterator[tuple[TopicPartition, Path]]:
         for path in sorted(self.log_dir.iterdir()):
@@ -291,6 +314,21 @@ class LogManager:
             log.abandon()
         self.logs.clear()
         self._unlock()
+
+
+def _read_properties(path: Path) -> dict[str, str] | None:
+    """A Java properties file's `key=value` lines (comments and blank lines skipped); None if there is no file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    properties = {}
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith(("#", "!")) and "=" in stripped:
+            key, _, value = stripped.partition("=")
+            properties[key.strip()] = value.strip()
+    return properties
 
 
 def _read_clean_shutdown(marker: Path) -> CleanShutdown | None:

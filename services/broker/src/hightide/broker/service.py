@@ -328,6 +328,7 @@ class BrokerService:
             incarnation_id=self.incarnation_id,
             previous_broker_epoch=self.storage.previous_broker_epoch,
             kafka_listener="" if self.kafka is None else self.kafka.advertised,
+            directory_id=self.storage.directory_id,
         )
         try:
             answer = await self._controller(ControllerApi.REGISTER_BROKER, body, wire.BrokerRegistrationResponse)

@@ -84,6 +84,11 @@ class DiskStorage:
         return reason, states
 
     @property
+    def directory_id(self) -> str:
+        """The log dir's `directory.id` (meta.properties, KIP-858): new when the dir was new or wiped."""
+        return self._manager().directory_id
+
+    @property
     def previous_broker_epoch(self) -> int:
         shutdown = self._manager().previous_clean_shutdown
         return -1 if shutdown is None else shutdown.broker_epoch

@@ -332,6 +332,7 @@ class ControllerService:
             request.previous_broker_epoch,
             _now_ms(),
             kafka_listener=request.kafka_listener,
+            directory_id=request.directory_id,
         )
         answer = await self._commit(result)
         return wire.BrokerRegistrationResponse(

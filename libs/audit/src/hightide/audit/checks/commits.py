@@ -27,7 +27,8 @@ use leader epochs, never clocks: "committed before epoch e" is "committed by a c
 
 Exemptions (reliability.md §8.2 Exempt): a LeaderElected of election unclean or last_known_leader exempts its
 partition from its leader epoch on; lossy crashes (a LogOpened `recovered` with a LEO below the replica's LEO before
-it) of min.insync.replicas distinct replicas exempt it from the epoch the last of them knew when it crashed (as the
+it, or a wiped disk: a LogOpened `created`, an empty log, where the replica's log held records and was never
+deleted) of min.insync.replicas distinct replicas exempt it from the epoch the last of them knew when it crashed (as the
 simulator counts them: from the topic's creation, not reset when the ISR is full again). A finding of
 truncation_only_uncommitted, leader_completeness or committed_prefixes_agree at an exempt epoch is reported with the
 exemption's cause and its events (an attributed loss, not a violation). min.insync.replicas is the topic's config
@@ -76,6 +77,9 @@ MIN_INSYNC_REPLICAS: Final = "min.insync.replicas"
 UNATTRIBUTED_TRUNCATIONS: Final = frozenset({"start_over"})  # a log emptied behind its leader's log start
 ELECTION_CAUSES: Final = {"unclean": "unclean_election", "last_known_leader": "last_known_leader_election"}
 NO_EPOCH: Final = -1
+# A replica's log reopened shorter than it was: recovery cut its tail, or (branch i13-elr) its disk was wiped and the
+# broker created the log afresh. Either is a lossy crash.
+LOSSY_OPEN_REASONS: Final = ("recovered", "created")
 
 
 @dataclass(slots=True)
@@ -228,7 +232,7 @@ def _apply(folded: Folded, log: _Log, key: tuple[str, int, int], event: events.E
         folded.follower_advances[advanced] = dataclasses.replace(moment, runs=runs)
     match event:
         case events.LogOpened():
-            if event.reason == "recovered" and event.log_end_offset < log.log_end_offset:
+            if event.reason in LOSSY_OPEN_REASONS and event.log_end_offset < log.log_end_offset:
                 folded.lossy.append((tp, replica, log.known_epoch, event_id))
             log.entries = sorted(((e, s) for e, s in event.leader_epochs), key=lambda entry: entry[1])
             log.log_start_offset, log.log_end_offset, log.leader = event.log_start_offset, event.log_end_offset, False

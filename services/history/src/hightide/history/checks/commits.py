@@ -17,6 +17,7 @@ from typing import Final
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from hightide.audit.checks.commits import LOSSY_OPEN_REASONS
 from hightide.history.events import of_type
 from hightide.history.findings import finding_columns
 from hightide.protocol import events
@@ -310,7 +311,8 @@ def _exemptions(lake: DataFrame, stream: DataFrame, min_insync_replicas: int) ->
         F.when(c("election") == "unclean", "unclean_election").otherwise("last_known_leader_election").alias("cause"),
         F.array("event_id").alias("exempting"),
     )  # fmt: skip
-    lossy = stream.where((c("kind") == "opened") & (c("reason") == "recovered") & (c("leo") < c("leo_before")))
+    opened_shorter = (c("kind") == "opened") & c("reason").isin(*LOSSY_OPEN_REASONS) & (c("leo") < c("leo_before"))
+    lossy = stream.where(opened_shorter)
     firsts = lossy.groupBy(*KEY).agg(F.min(F.struct(c("known_t").alias("e"), c("event_id").alias("i"))).alias("f"))
     ranked = firsts.withColumn("rank", F.row_number().over(Window.partitionBy(*TP).orderBy("f.e", "f.i")))
     configs = lake.where(c("type").isin("TopicCreated", "TopicConfigsAltered")).select(
