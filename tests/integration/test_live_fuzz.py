@@ -435,6 +435,8 @@ TEMPLATES: Final[dict[str, dict[str, Any]]] = {
     BrokerApi.DESCRIBE_GROUPS: {"groups": ["g"]},
     BrokerApi.DELETE_GROUPS: {"groups_names": ["g"]},
 }
+# A follower's fetch (its own subject since NATS permissions, issue 14): the consumer's body with a replica id.
+TEMPLATES[BrokerApi.REPLICA_FETCH] = {**TEMPLATES[BrokerApi.FETCH], "replica_id": 1}
 LIST_BOUNDS: Final = (wire.PARTITIONS_PER_REQUEST_MAX, wire.TOPICS_PER_REQUEST_MAX, wire.REPLICAS_MAX)
 # Numbers at and beyond the edges of Kafka's sizes; the ones a field takes are filtered out by the local decode.
 EDGE_NUMBERS: Final = (
@@ -847,7 +849,8 @@ def bad_fetch(draw: st.DrawFn, facts: Facts) -> tuple[int, wire.FetchRequest, li
 @settings(FUZZ, max_examples=250)
 def test_a_bad_fetch_is_refused_at_once(live: Live, data: st.DataObject) -> None:
     broker, request, targets = data.draw(bad_fetch(live.facts))
-    answer = ask(live, broker_api(CLUSTER_ID, broker, BrokerApi.FETCH), wire.encode(request), wire.FetchResponse)
+    api = BrokerApi.FETCH if request.replica_id < 0 else BrokerApi.REPLICA_FETCH  # a replica's has its own subject
+    answer = ask(live, broker_api(CLUSTER_ID, broker, api), wire.encode(request), wire.FetchResponse)
     assert_each_refused(answer, [((t.topic, t.partition), t.codes) for t in targets], request)
     assert all(p.records == b"" for p in answer.partitions), "a refused partition returned records"
 

@@ -8,6 +8,14 @@ services run as separate processes (`python -m hightide.broker`, `python -m high
 `<data-dir>/broker-<id>/`, each controller's outbox in `<data-dir>/controller-<id>/`, the event lake in
 `<data-dir>/lake/`.
 
+NATS is locked down (issue 14): `up` makes a user per role (`hightide.protocol.permissions`) with its credentials in
+`<data-dir>/nats-auth/<role>.creds` (mode 0600; kept across restarts of the data dir), writes the nats-server
+config with their `authorization` block (`nats_node_config`, one call per node) and starts each process with its
+role's file (`nats.credentials.file`); `cluster.json` names the files (`credentials`). A connection that brings no
+credentials is the `client` user (nats-server's `no_auth_user`), so a Kafka-client-like tool needs no setup on this
+machine, as with a PLAINTEXT listener; it can produce and consume, never act as a service or an admin. Against an
+external NATS (`--nats-url`) the launcher makes no users: the `nats.*` properties (`--config`) say how to connect.
+
 `down` stops the services in the order that loses no event: brokers, then controllers (each relays its final
 events to the EVENTS stream as it stops), then the archiver once it has acknowledged everything in the stream
 (or after `ARCHIVER_CATCH_UP_S`), then nats-server.
@@ -18,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -31,8 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import nats
 import nats.errors
+
+from hightide.protocol.permissions import Role
+from hightide.runtime.nats import NatsSettings, NatsUnavailable, connect
+from hightide.runtime.nats_auth import CREDENTIALS_DIR, ensure_credentials, server_authorization
 
 CLUSTER_FILE: Final = "cluster.json"
 DEFAULT_NATS_PORT: Final = 4222
@@ -125,6 +137,21 @@ class ClusterState:
     canary_http_port: int | None = None
 
     kafka_listeners: dict[str, str] = field(default_factory=dict)  # broker id -> host:port (issue 15)
+    credentials: dict[str, str] = field(default_factory=dict)  # role -> credentials file (issue 14); {}: no auth
+
+    def credentials_file(self, role: Role) -> Path | None:
+        """The credentials file of `role`, or None when this cluster's NATS has no users of ours."""
+        path = self.credentials.get(role.value)
+        return None if path is None else Path(path)
+
+    def nats_settings(self, role: Role, *, name: str, max_reconnect_attempts: int = -1) -> NatsSettings:
+        """How a process of `role` connects to this cluster's NATS."""
+        return NatsSettings(
+            url=self.nats_url,
+            credentials_file=self.credentials_file(role),
+            name=name,
+            max_reconnect_attempts=max_reconnect_attempts,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -138,6 +165,7 @@ class ClusterState:
             "canary": self.canary,
             "canary_http_port": self.canary_http_port,
             "kafka_listeners": self.kafka_listeners,
+            "credentials": self.credentials,
         }
 
 
@@ -167,6 +195,7 @@ class LocalCluster:
             canary=None if body.get("canary") is None else int(body["canary"]),
             canary_http_port=None if body.get("canary_http_port") is None else int(body["canary_http_port"]),
             kafka_listeners={k: str(v) for k, v in body.get("kafka_listeners", {}).items()},
+            credentials={k: str(v) for k, v in body.get("credentials", {}).items()},
         )
 
     def write_state(self, state: ClusterState) -> None:
@@ -191,9 +220,14 @@ class LocalCluster:
             raise ClusterError(f"a cluster is already running from {self.data_dir} (hightide cluster down first)")
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
         nats_pid = -1
+        credentials: dict[str, str] = {}
         if nats_url is None:
-            nats_url, nats_pid = self._start_nats()
-        state = ClusterState(nats_url=nats_url, cluster_id=cluster_id, nats_pid=nats_pid, config=list(config))
+            paths = ensure_credentials(self.data_dir / CREDENTIALS_DIR)
+            credentials = {role.value: str(path) for role, path in paths.items()}
+            nats_url, nats_pid = self._start_nats(server_authorization(cluster_id, paths, no_auth_user=Role.CLIENT))
+        state = ClusterState(
+            nats_url=nats_url, cluster_id=cluster_id, nats_pid=nats_pid, config=list(config), credentials=credentials
+        )
         self.write_state(state)
         for controller_id in range(1, controllers + 1):
             self.start_controller(controller_id, state)
@@ -204,14 +238,13 @@ class LocalCluster:
             self.start_canary(state)
         return state
 
-    def _start_nats(self) -> tuple[str, int]:
+    def _start_nats(self, authorization: str) -> tuple[str, int]:
         port = free_port(DEFAULT_NATS_PORT)
         store = self.data_dir / "nats"
         store.mkdir(parents=True, exist_ok=True)
         conf = self.data_dir / "nats.conf"
-        conf.write_text(
-            f'listen: 127.0.0.1:{port}\nmax_payload: {NATS_MAX_PAYLOAD}\njetstream {{\n  store_dir: "{store}"\n}}\n'
-        )
+        conf.write_text(nats_node_config(port, store, authorization))
+        conf.chmod(0o600)
         log = open(self.data_dir / "logs" / "nats-server.log", "ab")  # noqa: SIM115 (the child keeps it)
         process = subprocess.Popen(
             [find_nats_server(), "-c", str(conf)], stdout=log, stderr=log, start_new_session=True
@@ -233,8 +266,11 @@ class LocalCluster:
         )
         return process.pid
 
-    def _common(self, state: ClusterState) -> list[str]:
+    def _common(self, state: ClusterState, role: Role) -> list[str]:
         args = ["--nats-url", state.nats_url, "--cluster-id", state.cluster_id]
+        credentials = state.credentials_file(role)
+        if credentials is not None:
+            args += ["--config", f"nats.credentials.file={credentials}"]
         for item in state.config:
             args += ["--config", item]
         return args
@@ -244,7 +280,15 @@ class LocalCluster:
         data = self.data_dir / f"controller-{controller_id}"
         pid = self._spawn(
             f"controller-{controller_id}",
-            ["-m", "hightide.controller", "--id", str(controller_id), "--data-dir", str(data), *self._common(state)],
+            [
+                "-m",
+                "hightide.controller",
+                "--id",
+                str(controller_id),
+                "--data-dir",
+                str(data),
+                *self._common(state, Role.CONTROLLER),
+            ],
         )
         state.controllers[str(controller_id)] = pid
         self.write_state(state)
@@ -266,7 +310,16 @@ class LocalCluster:
         own += [arg for item in config for arg in ("--config", item)]
         pid = self._spawn(
             f"broker-{broker_id}",
-            ["-m", "hightide.broker", "--id", str(broker_id), "--data-dir", str(data), *self._common(state), *own],
+            [
+                "-m",
+                "hightide.broker",
+                "--id",
+                str(broker_id),
+                "--data-dir",
+                str(data),
+                *self._common(state, Role.BROKER),
+                *own,
+            ],
         )
         state.brokers[str(broker_id)] = pid
         self.write_state(state)
@@ -280,7 +333,9 @@ class LocalCluster:
         state = state or self._require_state()
         if state.archiver is not None and pid_alive(state.archiver):
             raise ClusterError(f"the archiver is already running (pid {state.archiver})")
-        pid = self._spawn("archiver", ["-m", "hightide.archiver", "--lake", str(self.lake), *self._common(state)])
+        pid = self._spawn(
+            "archiver", ["-m", "hightide.archiver", "--lake", str(self.lake), *self._common(state, Role.ARCHIVER)]
+        )
         state.archiver = pid
         self.write_state(state)
         return pid
@@ -292,7 +347,11 @@ class LocalCluster:
             raise ClusterError(f"the canary is already running (pid {state.canary})")
         port = free_port()
         argv = ["-m", "hightide.client.cli", "canary", "--data-dir", str(self.data_dir), "--http-port", str(port)]
-        pid = self._spawn("canary", [*argv, "--nats-url", state.nats_url, "--cluster-id", state.cluster_id])
+        argv += ["--nats-url", state.nats_url, "--cluster-id", state.cluster_id]
+        credentials = state.credentials_file(Role.ADMIN)  # it manages its topic: creates it, elects leaders
+        if credentials is not None:
+            argv += ["--config", f"nats.credentials.file={credentials}"]
+        pid = self._spawn("canary", argv)
         state.canary, state.canary_http_port = pid, port
         self.write_state(state)
         return pid
@@ -327,7 +386,8 @@ class LocalCluster:
         for pid in state.controllers.values():
             stop_process(pid, hard=False)
         if state.archiver is not None and pid_alive(state.archiver):
-            wait_archived(state.nats_url, state.cluster_id, ARCHIVER_CATCH_UP_S)
+            settings = state.nats_settings(Role.ADMIN, name="hightide-cluster-down")
+            wait_archived(settings, state.cluster_id, ARCHIVER_CATCH_UP_S)
             stop_process(state.archiver, hard=False)
         if state.nats_pid > 0:
             stop_process(state.nats_pid, hard=False)
@@ -340,25 +400,35 @@ class LocalCluster:
         return state
 
 
-def wait_archived(nats_url: str, cluster_id: str, timeout_s: float) -> bool:
+def nats_node_config(port: int, store: Path, authorization: str = "", *, extra: str = "") -> str:
+    """One local nats-server's configuration: client port `port` on 127.0.0.1, JetStream in `store`, the users
+    (`authorization`, from `server_authorization`; "" for none) and `extra` (a cluster block, for one node of
+    several)."""
+    text = f'listen: 127.0.0.1:{port}\nmax_payload: {NATS_MAX_PAYLOAD}\njetstream {{\n  store_dir: "{store}"\n}}\n'
+    return text + extra + authorization
+
+
+def wait_archived(settings: NatsSettings | str, cluster_id: str, timeout_s: float) -> bool:
     """Wait until the archiver has acknowledged every message in the EVENTS stream (true), or give up after
     `timeout_s`, or at once when NATS or the archiver's consumer cannot be asked (false). Callable from inside an
     event loop too (the benchmark's cluster stops from async code): then it waits on a thread of its own."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(_wait_archived(nats_url, cluster_id, timeout_s))
+        return asyncio.run(_wait_archived(settings, cluster_id, timeout_s))
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, _wait_archived(nats_url, cluster_id, timeout_s)).result()
+        return pool.submit(asyncio.run, _wait_archived(settings, cluster_id, timeout_s)).result()
 
 
-async def _wait_archived(nats_url: str, cluster_id: str, timeout_s: float) -> bool:
+async def _wait_archived(settings: NatsSettings | str, cluster_id: str, timeout_s: float) -> bool:
     # Imported here: the lake brings pyarrow, which every other command would pay for at start-up.
     from hightide.lake.archiver import archiver_lag  # noqa: PLC0415
 
+    if isinstance(settings, str):
+        settings = NatsSettings(url=settings)
     try:
-        nc = await nats.connect(nats_url, connect_timeout=2, allow_reconnect=False)
-    except (OSError, nats.errors.Error, TimeoutError):
+        nc = await connect(dataclasses.replace(settings, max_reconnect_attempts=0))
+    except NatsUnavailable:
         return False
     deadline = time.monotonic() + timeout_s
     try:
