@@ -9,6 +9,7 @@ as configured. It must never print credentials: URLs are logged with their user 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ NATS_CONFIG_NAMES: tuple[str, ...] = (
     "nats.tls.key.file",
 )
 _URL_SCHEMES = ("nats://", "tls://")
+CLOSE_TIMEOUT_S = 1.0
 
 
 class NatsUnavailable(Exception):
@@ -213,7 +215,7 @@ async def connect(settings: NatsSettings, *, log: Logger | None = None) -> Clien
         await client.connect(**_connect_options(settings, callbacks))
     except (_StartupFailed, OSError, nats.errors.Error, TimeoutError) as failure:
         callbacks.phase = "failed"
-        await client.close()
+        await _close_half_open(client)
         error = failure.error if isinstance(failure, _StartupFailed) else failure
         raise NatsUnavailable(f"NATS is unavailable at {callbacks.url}: {_one_line(error)}") from None
     except asyncio.CancelledError:
@@ -226,6 +228,13 @@ async def connect(settings: NatsSettings, *, log: Logger | None = None) -> Clien
         "nats connected", nats_url=callbacks.url, server=f"{server.hostname}:{server.port}" if server else None
     )
     return client
+
+
+async def _close_half_open(client: Client) -> None:
+    """Close a client whose start failed, within CLOSE_TIMEOUT_S: after a failed TLS handshake nats-py's close()
+    waits forever on the transport it upgraded (nats-py 2.x)."""
+    with contextlib.suppress(TimeoutError, nats.errors.Error, OSError):
+        await asyncio.wait_for(client.close(), CLOSE_TIMEOUT_S)
 
 
 def _connect_options(settings: NatsSettings, callbacks: _ConnectionCallbacks) -> dict[str, Any]:
