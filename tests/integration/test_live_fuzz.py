@@ -48,6 +48,7 @@ from hightide.client.local_cluster import ClusterState, LocalCluster, pid_alive
 from hightide.core.topic_configs import TOPIC_CONFIGS
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode
+from hightide.protocol.permissions import Role
 from hightide.protocol.records import InvalidRecordBatch, encode_batch, validate_batches
 from hightide.protocol.subjects import (
     BrokerApi,
@@ -57,6 +58,7 @@ from hightide.protocol.subjects import (
     controller_api,
     metadata_stream,
 )
+from hightide.runtime.nats import credentials_seed
 
 pytestmark = pytest.mark.slow
 
@@ -227,9 +229,14 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     state = cluster.up(brokers=len(BROKERS), controllers=1, cluster_id=CLUSTER_ID, config=CONFIG)
     loop = asyncio.new_event_loop()
     try:
-        conn = loop.run_until_complete(ClusterConnection.open(state.nats_url, CLUSTER_ID, request_timeout_s=10))
+        # as a broker: the fuzzer calls every API, the broker-only ones too (NATS permissions, issue 14)
+        broker = state.credentials_file(Role.BROKER)
+        conn = loop.run_until_complete(
+            ClusterConnection.open(state.nats_url, CLUSTER_ID, credentials_file=broker, request_timeout_s=10)
+        )
         admin = Admin(conn)
-        nc = loop.run_until_complete(nats.connect(state.nats_url, name="fuzzer"))
+        seed = credentials_seed(broker) if broker is not None else None
+        nc = loop.run_until_complete(nats.connect(state.nats_url, name="fuzzer", nkeys_seed_str=seed))
         epochs = loop.run_until_complete(poll(lambda: active_broker_epochs(admin), "three active brokers"))
         loop.run_until_complete(preload(conn, admin))
         # Restart partition 0's leader (a clean shutdown): leadership moves, so partition 0 has a leader epoch
