@@ -259,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_bench(args)
         result: int = args.run(args)
         return result
-    except commands.UsageError as e:
+    except (commands.UsageError, ConfigError) as e:  # ConfigError: a bad nats.* setting (a credentials file)
         print(f"hightide {name}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except (ClusterError, NatsUnavailable, events_cli.EventsFailed) as e:
