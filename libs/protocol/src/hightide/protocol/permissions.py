@@ -123,6 +123,8 @@ def role_permissions(cluster_id: str) -> dict[Role, Permissions]:
         subjects += [f"ht.{c}.events.{service}.*" for service in EMITTERS[role]]
         if role in (Role.BROKER, Role.CLIENT, Role.ADMIN):
             subjects.append(any_broker_metadata(c))
+        if role is Role.BROKER:  # it calls every API of both (the tables say so); an unknown one is answered too
+            subjects += [f"ht.{c}.broker.*.*", f"ht.{c}.controller.*"]
         return subjects
 
     emitter_stream = (*_stream_reader(events), f"$JS.API.STREAM.CREATE.{events}")
