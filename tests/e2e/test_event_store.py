@@ -24,16 +24,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 
 from e2e.test_cluster_failover import CONFIG, active_brokers, create_topic, describe, hightide, wait_for
 from hightide.audit.rebuild import rebuild
-from hightide.client.local_cluster import LocalCluster, find_nats_server, pid_alive
+from hightide.client.local_cluster import ClusterState, LocalCluster, find_nats_server, pid_alive
 from hightide.core.metadata_image import MetadataImage
 from hightide.lake.reader import read_envelopes
 from hightide.protocol.envelope import Envelope, decode_envelopes
+from hightide.protocol.permissions import Role
 from hightide.runtime.metadata_log import MetadataLog
+from hightide.runtime.nats import connect
 from hightide.runtime.outbox import SUFFIX, OutboxReader, read_cursor
 from support.audited import assert_history_clean
 from support.containers import ContainerCluster, local_cluster
@@ -208,7 +209,7 @@ def test_the_final_state_after_kill_9_rounds_rebuilds_exactly_from_the_lake(clus
     assert state is not None
     for controller in state.controllers:
         cluster.stop_controller(int(controller), hard=False)
-    image = asyncio.run(final_image(state.nats_url, state.cluster_id))
+    image = asyncio.run(final_image(state))
     cluster.down()
 
     rebuilt = rebuild(lake_of(cluster))
@@ -242,10 +243,11 @@ def test_the_final_state_after_kill_9_rounds_rebuilds_exactly_from_the_lake(clus
     assert topic.partitions[0].leader_epoch >= 2  # each kill moved partition 0's leadership
 
 
-async def final_image(url: str, cluster_id: str) -> MetadataImage:
-    nc = await nats.connect(url)
+async def final_image(state: ClusterState) -> MetadataImage:
+    # as a broker reads it: only the controller and brokers may read the metadata log (NATS permissions)
+    nc = await connect(state.nats_settings(Role.BROKER, name="test-final-image", max_reconnect_attempts=0))
     try:
-        log = MetadataLog(nc, cluster_id)
+        log = MetadataLog(nc, state.cluster_id)
         last = await log.last_sequence()
         image = MetadataImage()
         async for _, batch in log.read(0, until=last):

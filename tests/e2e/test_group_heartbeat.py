@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -34,9 +35,16 @@ from hightide.client.local_cluster import ClusterState, LocalCluster
 from hightide.client.producer import Producer
 from hightide.protocol import events, wire
 from hightide.protocol.errors import ErrorCode
+from hightide.protocol.permissions import Role
 from hightide.protocol.subjects import BrokerApi
 from support.audited import assert_history_clean
 from support.cluster_cli import active_brokers, wait_for
+
+
+def admin_credentials(cluster: ClusterState) -> Path | None:
+    """The admin's credentials (the tests create their topics; NATS permissions, issue 14)."""
+    return cluster.credentials_file(Role.ADMIN)
+
 
 pytestmark = pytest.mark.slow
 
@@ -112,7 +120,9 @@ def test_a_member_that_does_not_poll_keeps_its_place_by_its_background_heartbeat
     session_timeout_ms = 6_000  # group.min.session.timeout.ms
 
     async def scenario() -> None:
-        conn = await ClusterConnection.open(cluster.nats_url, cluster.cluster_id)
+        conn = await ClusterConnection.open(
+            cluster.nats_url, cluster.cluster_id, credentials_file=admin_credentials(cluster)
+        )
         try:
             await create_topic(conn, TOPIC, 2)
             config = ConsumerConfig(
@@ -149,7 +159,9 @@ def test_a_member_that_does_not_poll_for_max_poll_interval_leaves_and_its_next_p
     max_poll_interval_ms = 2_000
 
     async def scenario() -> None:
-        conn = await ClusterConnection.open(cluster.nats_url, cluster.cluster_id)
+        conn = await ClusterConnection.open(
+            cluster.nats_url, cluster.cluster_id, credentials_file=admin_credentials(cluster)
+        )
         try:
             await create_topic(conn, TOPIC + "-stalled", 2)
             config = ConsumerConfig(
@@ -203,7 +215,9 @@ def test_a_cooperative_rebalance_leaves_the_partitions_a_member_keeps_reading(cl
             await producer.flush()
 
     async def scenario() -> None:
-        conn = await ClusterConnection.open(cluster.nats_url, cluster.cluster_id)
+        conn = await ClusterConnection.open(
+            cluster.nats_url, cluster.cluster_id, credentials_file=admin_credentials(cluster)
+        )
         try:
             await create_topic(conn, topic, partitions)
             await produce(conn)

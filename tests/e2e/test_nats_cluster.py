@@ -36,7 +36,9 @@ from hightide.client.consumer import Consumer, ConsumerRecord
 from hightide.client.local_cluster import LocalCluster
 from hightide.client.producer import ProduceFailed, Producer, ProducerConfig, RecordFuture
 from hightide.lake import read_envelopes
+from hightide.protocol.permissions import Role
 from hightide.protocol.subjects import controller_bucket, events_stream, metadata_stream
+from hightide.runtime.nats import credentials_seed
 from support.audited import assert_history_clean
 from support.cluster_cli import active_brokers, wait_for
 
@@ -141,6 +143,12 @@ async def read_all(conn: ClusterConnection, expected: int) -> list[ConsumerRecor
     return records
 
 
+def creds(path: Path) -> dict[str, str]:
+    """nats-py's options for a credentials file of ours (a seed-only file, or a .creds with a JWT)."""
+    seed = credentials_seed(path)
+    return {"nkeys_seed_str": seed} if seed is not None else {"user_credentials": str(path)}
+
+
 def test_kill_9_of_the_metadata_streams_nats_leader_loses_no_acknowledged_record_and_no_event(
     cluster: LocalCluster,
 ) -> None:
@@ -150,8 +158,12 @@ def test_kill_9_of_the_metadata_streams_nats_leader_loses_no_acknowledged_record
     assert len(servers) == 3, "every service and command is given all three NATS URLs"
 
     async def main() -> tuple[Outcomes, int, list[ConsumerRecord], dict[str, Any], int]:
-        js_nc = await nats.connect(servers, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
-        conn = await ClusterConnection.open(state.nats_url, state.cluster_id)
+        # As the operator: the JetStream API (stream leaders and replicas) is the admin role's (issue 14's users).
+        admin = state.credentials_file(Role.ADMIN)
+        js_nc = await nats.connect(
+            servers, max_reconnect_attempts=-1, reconnect_time_wait=0.2, **({} if admin is None else creds(admin))
+        )
+        conn = await ClusterConnection.open(state.nats_url, state.cluster_id, credentials_file=admin)
         try:
             for stream in streams():
                 info = await stream_info(js_nc, stream)

@@ -65,6 +65,7 @@ def test_nats_server_refuses_a_config_with_a_typo(tmp_path: Path) -> None:
     broken = tmp_path / "cluster.conf"
     broken.write_text((ROOT / "infra" / "nats" / "cluster.conf").read_text().replace("cluster {", "clustr {"))
     shutil.copy(ROOT / "infra" / "nats" / "nats.conf", tmp_path / "nats.conf")
+    shutil.copy(ROOT / "infra" / "nats" / "auth.conf", tmp_path / "auth.conf")  # its include (issue 14)
     result = check_config(broken)
     assert result.returncode != 0
     assert 'unknown field "clustr"' in result.stdout + result.stderr

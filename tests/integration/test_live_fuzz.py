@@ -48,6 +48,7 @@ from hightide.client.local_cluster import ClusterState, LocalCluster, pid_alive
 from hightide.core.topic_configs import TOPIC_CONFIGS
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode
+from hightide.protocol.permissions import Role
 from hightide.protocol.records import InvalidRecordBatch, encode_batch, validate_batches
 from hightide.protocol.subjects import (
     BrokerApi,
@@ -57,6 +58,7 @@ from hightide.protocol.subjects import (
     controller_api,
     metadata_stream,
 )
+from hightide.runtime.nats import credentials_seed
 
 pytestmark = pytest.mark.slow
 
@@ -227,9 +229,14 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     state = cluster.up(brokers=len(BROKERS), controllers=1, cluster_id=CLUSTER_ID, config=CONFIG)
     loop = asyncio.new_event_loop()
     try:
-        conn = loop.run_until_complete(ClusterConnection.open(state.nats_url, CLUSTER_ID, request_timeout_s=10))
+        # as a broker: the fuzzer calls every API, the broker-only ones too (NATS permissions, issue 14)
+        broker = state.credentials_file(Role.BROKER)
+        conn = loop.run_until_complete(
+            ClusterConnection.open(state.nats_url, CLUSTER_ID, credentials_file=broker, request_timeout_s=10)
+        )
         admin = Admin(conn)
-        nc = loop.run_until_complete(nats.connect(state.nats_url, name="fuzzer"))
+        seed = credentials_seed(broker) if broker is not None else None
+        nc = loop.run_until_complete(nats.connect(state.nats_url, name="fuzzer", nkeys_seed_str=seed))
         epochs = loop.run_until_complete(poll(lambda: active_broker_epochs(admin), "three active brokers"))
         loop.run_until_complete(preload(conn, admin))
         # Restart partition 0's leader (a clean shutdown): leadership moves, so partition 0 has a leader epoch
@@ -435,6 +442,8 @@ TEMPLATES: Final[dict[str, dict[str, Any]]] = {
     BrokerApi.DESCRIBE_GROUPS: {"groups": ["g"]},
     BrokerApi.DELETE_GROUPS: {"groups_names": ["g"]},
 }
+# A follower's fetch (its own subject since NATS permissions, issue 14): the consumer's body with a replica id.
+TEMPLATES[BrokerApi.REPLICA_FETCH] = {**TEMPLATES[BrokerApi.FETCH], "replica_id": 1}
 LIST_BOUNDS: Final = (wire.PARTITIONS_PER_REQUEST_MAX, wire.TOPICS_PER_REQUEST_MAX, wire.REPLICAS_MAX)
 # Numbers at and beyond the edges of Kafka's sizes; the ones a field takes are filtered out by the local decode.
 EDGE_NUMBERS: Final = (
@@ -847,7 +856,8 @@ def bad_fetch(draw: st.DrawFn, facts: Facts) -> tuple[int, wire.FetchRequest, li
 @settings(FUZZ, max_examples=250)
 def test_a_bad_fetch_is_refused_at_once(live: Live, data: st.DataObject) -> None:
     broker, request, targets = data.draw(bad_fetch(live.facts))
-    answer = ask(live, broker_api(CLUSTER_ID, broker, BrokerApi.FETCH), wire.encode(request), wire.FetchResponse)
+    api = BrokerApi.FETCH if request.replica_id < 0 else BrokerApi.REPLICA_FETCH  # a replica's has its own subject
+    answer = ask(live, broker_api(CLUSTER_ID, broker, api), wire.encode(request), wire.FetchResponse)
     assert_each_refused(answer, [((t.topic, t.partition), t.codes) for t in targets], request)
     assert all(p.records == b"" for p in answer.partitions), "a refused partition returned records"
 

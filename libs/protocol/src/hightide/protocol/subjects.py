@@ -47,6 +47,8 @@ class BrokerApi(StrEnum):
     LIST_GROUPS = "list_groups"
     DESCRIBE_GROUPS = "describe_groups"
     DELETE_GROUPS = "delete_groups"
+    # NATS permissions (issue 14): a follower's fetch has its own subject, so only brokers may replicate
+    REPLICA_FETCH = "replica_fetch"
 
 
 class ControllerApi(StrEnum):

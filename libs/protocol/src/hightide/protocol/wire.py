@@ -521,6 +521,8 @@ REQUEST_OF[ControllerApi.ALTER_PARTITION_REASSIGNMENTS] = AlterPartitionReassign
 REQUEST_OF[ControllerApi.LIST_PARTITION_REASSIGNMENTS] = ListPartitionReassignmentsRequest
 RESPONSE_OF[ControllerApi.ALTER_PARTITION_REASSIGNMENTS] = AlterPartitionReassignmentsResponse
 RESPONSE_OF[ControllerApi.LIST_PARTITION_REASSIGNMENTS] = ListPartitionReassignmentsResponse
+REQUEST_OF[BrokerApi.REPLICA_FETCH] = FetchRequest  # NATS permissions (issue 14): a follower's fetch
+RESPONSE_OF[BrokerApi.REPLICA_FETCH] = FetchResponse
 
 
 # -- consumer groups (issue 13: the group coordinator's APIs) ----------------------------------------------------

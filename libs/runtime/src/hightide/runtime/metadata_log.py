@@ -76,6 +76,15 @@ class MetadataLog:
             except APIError:
                 await self.js.stream_info(self.stream)  # created by another process meanwhile
 
+    async def stream_exists(self) -> bool:
+        """Whether the stream is there. A broker waits on this rather than create the stream: only the controller
+        role may (NATS permissions, `hightide.protocol.permissions`)."""
+        try:
+            await self.js.stream_info(self.stream)
+        except NotFoundError:
+            return False
+        return True
+
     async def last_sequence(self) -> int:
         info = await self.js.stream_info(self.stream)
         return int(info.state.last_seq)

@@ -9,6 +9,7 @@ as configured. It must never print credentials: URLs are logged with their user 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ NATS_CONFIG_NAMES: tuple[str, ...] = (
     "nats.tls.key.file",
 )
 _URL_SCHEMES = ("nats://", "tls://")
+CLOSE_TIMEOUT_S = 1.0
 
 
 class NatsUnavailable(Exception):
@@ -117,27 +119,55 @@ _CREDS_SEED_MARKER = b"BEGIN USER NKEY SEED"
 
 
 def _check_credentials_file(path: Path) -> None:
-    """A ConfigError (one line, naming the file, never its contents) unless `path` is a readable NATS user
-    credentials file: a user JWT and a user nkey seed, each on the line after its BEGIN marker, as nats-py reads
-    them. Checked up front because nats-py reads the file only while connecting (nats-py 2.x), where a missing
-    file passes for NATS being unavailable, a file without the JWT marker blocks the event loop forever, and one
-    without a valid seed escapes as a raw TypeError or nkeys error."""
+    """A ConfigError (one line, naming the file, never its contents) unless `path` is a readable NATS credentials
+    file: a user credentials file (a user JWT and a user nkey seed, each on the line after its BEGIN marker, as
+    nats-py reads them), or an nkey user's seed file (the seed alone, bare or after its BEGIN marker: what
+    `hightide.runtime.nats_auth` writes for a role). Checked up front because nats-py reads the file only while
+    connecting (nats-py 2.x), where a missing file passes for NATS being unavailable, a file without the JWT marker
+    blocks the event loop forever, and one without a valid seed escapes as a raw TypeError or nkeys error."""
     name = f"nats.credentials.file {path}"
-    try:
-        lines = path.read_bytes().splitlines()
-    except FileNotFoundError:
-        raise ConfigError(f"{name} does not exist") from None
-    except OSError as error:
-        raise ConfigError(f"Cannot read {name}: {error.strerror or type(error).__name__}") from None
-    jwt, seed = _line_after(lines, _CREDS_JWT_MARKER), _line_after(lines, _CREDS_SEED_MARKER)
-    if jwt is None or seed is None:
-        raise ConfigError(f"{name} is not a NATS user credentials file (it needs a user JWT and a user nkey seed)")
+    lines = _read_credentials(path, name)
+    seed = _user_seed(lines)
+    if seed is None:
+        raise ConfigError(f"{name} is not a NATS credentials file (it needs a user nkey seed, and may hold a user JWT)")
     try:
         prefix, _ = nkeys.decode_seed(seed)
     except (nkeys.NkeysError, ValueError):
         prefix = None
     if prefix != nkeys.PREFIX_BYTE_USER:
         raise ConfigError(f"{name} does not hold a valid user nkey seed")
+
+
+def _read_credentials(path: Path, name: str) -> list[bytes]:
+    try:
+        return path.read_bytes().splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"{name} does not exist") from None
+    except OSError as error:
+        raise ConfigError(f"Cannot read {name}: {error.strerror or type(error).__name__}") from None
+
+
+def _user_seed(lines: list[bytes]) -> bytes | None:
+    return _line_after(lines, _CREDS_SEED_MARKER) or _bare_seed(lines)
+
+
+def _bare_seed(lines: list[bytes]) -> bytes | None:
+    """A line that is a user nkey seed by itself (`SU...`, as nsc's `.nk` files hold it)."""
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith(b"SU") and b" " not in stripped:
+            return stripped
+    return None
+
+
+def credentials_seed(path: Path) -> str | None:
+    """The seed of an nkey user's credentials file (no JWT in it); None for a JWT user credentials file. The file
+    has been checked (`_check_credentials_file`)."""
+    lines = _read_credentials(path, f"nats.credentials.file {path}")
+    if _line_after(lines, _CREDS_JWT_MARKER) is not None:
+        return None
+    seed = _user_seed(lines)
+    return None if seed is None else seed.decode()
 
 
 def _line_after(lines: list[bytes], marker: bytes) -> bytes | None:
@@ -185,7 +215,7 @@ async def connect(settings: NatsSettings, *, log: Logger | None = None) -> Clien
         await client.connect(**_connect_options(settings, callbacks))
     except (_StartupFailed, OSError, nats.errors.Error, TimeoutError) as failure:
         callbacks.phase = "failed"
-        await client.close()
+        await _close_half_open(client)
         error = failure.error if isinstance(failure, _StartupFailed) else failure
         raise NatsUnavailable(f"NATS is unavailable at {callbacks.url}: {_one_line(error)}") from None
     except asyncio.CancelledError:
@@ -198,6 +228,13 @@ async def connect(settings: NatsSettings, *, log: Logger | None = None) -> Clien
         "nats connected", nats_url=callbacks.url, server=f"{server.hostname}:{server.port}" if server else None
     )
     return client
+
+
+async def _close_half_open(client: Client) -> None:
+    """Close a client whose start failed, within CLOSE_TIMEOUT_S: after a failed TLS handshake nats-py's close()
+    waits forever on the transport it upgraded (nats-py 2.x)."""
+    with contextlib.suppress(TimeoutError, nats.errors.Error, OSError):
+        await asyncio.wait_for(client.close(), CLOSE_TIMEOUT_S)
 
 
 def _connect_options(settings: NatsSettings, callbacks: _ConnectionCallbacks) -> dict[str, Any]:
@@ -216,7 +253,11 @@ def _connect_options(settings: NatsSettings, callbacks: _ConnectionCallbacks) ->
         "closed_cb": callbacks.on_closed,
     }
     if settings.credentials_file is not None:
-        options["user_credentials"] = str(settings.credentials_file)
+        seed = credentials_seed(settings.credentials_file)
+        if seed is None:
+            options["user_credentials"] = str(settings.credentials_file)
+        else:  # an nkey user: the server knows its public key, the seed signs the server's nonce
+            options["nkeys_seed_str"] = seed
     if settings.user is not None:
         options["user"], options["password"] = settings.user, settings.password
     if settings.token is not None:

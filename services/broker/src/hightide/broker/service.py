@@ -101,6 +101,7 @@ TICK_INTERVAL_S: Final = 0.05
 RESPONSE_OVERHEAD_BYTES: Final = 64 * 1024
 REGISTRATION_RETRY_S: Final = 0.25
 CLEANER_STOP_TIMEOUT_S: Final = 10.0
+METADATA_STREAM_POLL_S: Final = 0.1  # waiting for a controller to make the metadata log
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +232,7 @@ class BrokerService:
         self._handlers: dict[str, Callable[[Msg, Now], list[Effect] | wire.Response]] = {
             BrokerApi.PRODUCE: self._on_produce,
             BrokerApi.FETCH: self._on_fetch,
+            BrokerApi.REPLICA_FETCH: self._on_replica_fetch,
             BrokerApi.LIST_OFFSETS: lambda msg, _: self.manager.list_offsets(
                 wire.decode(wire.ListOffsetsRequest, msg.data)
             ),
@@ -250,7 +252,12 @@ class BrokerService:
     async def run(self) -> None:
         """Recover the logs, follow the metadata, register, serve; on stop, shut down cleanly."""
         self._open_logs()
-        await self.metadata_log.ensure_stream()  # the broker may start before any controller has
+        # The broker may start before any controller has made the metadata log; only a controller may make it.
+        while not await self.metadata_log.stream_exists():
+            await self._wait_stopping(METADATA_STREAM_POLL_S)
+            if self.stopping.is_set():
+                self.storage.close(self.manager.broker_epoch, clean=True)
+                return
         self._startup_target = await self.metadata_log.last_sequence()
         if self._startup_target == 0:
             self.metadata_ready.set()
@@ -469,7 +476,20 @@ class BrokerService:
         return self.manager.on_produce(request_id, body, at)
 
     def _on_fetch(self, msg: Msg, at: Now) -> list[Effect]:
+        """A consumer's fetch. A replica's goes to `replica_fetch`, a subject only brokers may publish on (NATS
+        permissions), so a client cannot pose as a follower and move the ISR or the high watermark."""
         body = wire.decode(wire.FetchRequest, msg.data)
+        if body.replica_id >= 0:
+            raise wire.InvalidRequest(f"a fetch with replica_id {body.replica_id} must be sent to replica_fetch")
+        return self._fetch_request(msg, body, at)
+
+    def _on_replica_fetch(self, msg: Msg, at: Now) -> list[Effect]:
+        body = wire.decode(wire.FetchRequest, msg.data)
+        if body.replica_id < 0:
+            raise wire.InvalidRequest("a replica_fetch needs the fetching broker's id as its replica_id")
+        return self._fetch_request(msg, body, at)
+
+    def _fetch_request(self, msg: Msg, body: wire.FetchRequest, at: Now) -> list[Effect]:
         request_id = next(self._request_ids)
         self._requests[request_id] = (msg, body.replica_id < 0)
         return self.manager.on_fetch(request_id, body, at)
@@ -588,7 +608,7 @@ class BrokerService:
     async def _fetch(self, leader: int, fetch_id: int, body: wire.FetchRequest) -> None:
         """One follower fetch (Kafka's ReplicaFetcherThread's request): its answer, or its failure, goes back to
         the manager, which sends the next one."""
-        subject = broker_api(self.settings.cluster_id, leader, BrokerApi.FETCH)
+        subject = broker_api(self.settings.cluster_id, leader, BrokerApi.REPLICA_FETCH)
         timeout_s = (body.max_wait_ms + 5_000) / 1000
         response: wire.FetchResponse | None = None
         try:

@@ -48,6 +48,7 @@ from hightide.client.connection import ClusterConnection
 from hightide.client.consumer import Consumer
 from hightide.client.local_cluster import LocalCluster
 from hightide.client.producer import Producer, ProducerConfig
+from hightide.protocol.permissions import Role
 from hightide.runtime.service import BENCH_EVENTS_ENV
 
 PRODUCE_COUNT: Final = 300_000
@@ -98,7 +99,9 @@ class BenchCluster:
         with _environment(BENCH_EVENTS_ENV, None if self.events else "off"):
             state = self.local.up(brokers=3, controllers=1, cluster_id="bench", config=[])
         try:
-            self.conn = await ClusterConnection.open(state.nats_url, state.cluster_id)
+            # the admin (it creates the benchmark's topics; NATS permissions, issue 14)
+            admin = state.credentials_file(Role.ADMIN)
+            self.conn = await ClusterConnection.open(state.nats_url, state.cluster_id, credentials_file=admin)
             await _until(lambda: _three_active(self.conn), READY_DEADLINE_S, "three active brokers")
         except BaseException:
             await self._stop()

@@ -38,6 +38,7 @@ from hightide.client.bench_cluster import BenchCluster, create_topic
 from hightide.client.connection import METADATA_TRY_TIMEOUT_S, ClusterConnection
 from hightide.client.local_cluster import LocalCluster
 from hightide.client.producer import ProduceFailed, Producer, ProducerConfig, RecordFuture
+from hightide.protocol.permissions import Role
 from hightide.runtime.rpc import RequestFailed
 
 RATE_PER_S: Final = 500
@@ -157,7 +158,8 @@ async def measure_failover(
     await create_topic(conn, topic, partitions=1)
     state = local.read_state()
     assert state is not None, "the cluster is up"
-    watcher = await ClusterConnection.open(state.nats_url, state.cluster_id)
+    client = state.credentials_file(Role.CLIENT)
+    watcher = await ClusterConnection.open(state.nats_url, state.cluster_id, credentials_file=client)
     out = _Outcomes()
     try:
         async with Producer(conn, config or ProducerConfig()) as producer:

@@ -63,6 +63,7 @@ from hightide.core.clock import MonoMs, WallMs
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode, HightideError
 from hightide.protocol.events import CanarySummary
+from hightide.protocol.permissions import Role
 from hightide.runtime.config import ConfigError, parse_overrides
 from hightide.runtime.event_store import EventPipeline, NullEventSink
 from hightide.runtime.events import EventSink
@@ -551,6 +552,7 @@ def _check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     for name in ("availability_window_ms", "summary_interval_ms", "topic_management_interval_ms"):
         if getattr(args, name) <= 0:
             parser.exit(2, f"{parser.prog}: error: --{name.replace('_', '-')} must be positive\n")
+    args.local_admin_credentials = None
     if args.nats_url is None and not os.environ.get("HIGHTIDE_NATS_URL"):
         # CONTRACT.md's order: --nats-url, HIGHTIDE_NATS_URL, then a local cluster's cluster.json.
         with contextlib.suppress(ClusterError):
@@ -558,6 +560,7 @@ def _check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) 
             if state is not None:
                 args.nats_url = state.nats_url
                 args.cluster_id = args.cluster_id or os.environ.get("HIGHTIDE_CLUSTER_ID") or state.cluster_id
+                args.local_admin_credentials = state.credentials_file(Role.ADMIN)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -565,6 +568,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     common = parse_common(parser, argv)
     args = common.args
     _check_arguments(parser, args)
+    if "nats.credentials.file" not in common.properties and args.local_admin_credentials is not None:
+        # NATS permissions (issue 14): on a local cluster it connects as the admin, since it manages its topic
+        common = dataclasses.replace(
+            common, properties={**common.properties, "nats.credentials.file": str(args.local_admin_credentials)}
+        )
     if args.cluster_id is not None and args.cluster_id != common.cluster_id:
         common = dataclasses.replace(common, cluster_id=args.cluster_id)  # the local cluster's, from cluster.json
     producer_config, consumer_config = _configs(parser, args)

@@ -13,6 +13,7 @@ entry point group (`history ...`, from services/history), without the client imp
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
@@ -24,8 +25,11 @@ from hightide.client.local_cluster import ClusterError
 from hightide.client.reassign_cli import add_reassign_command  # partition reassignment (issue 13)
 from hightide.client.scram_cli import add_scram_command  # the Kafka listener's SCRAM users (issue 15)
 from hightide.protocol.errors import HightideError
+from hightide.protocol.subjects import InvalidClusterId, check_cluster_id
+from hightide.runtime.config import ConfigError
 from hightide.runtime.logging import configure_logging
 from hightide.runtime.nats import NatsUnavailable
+from hightide.runtime.nats_auth import AUTH_CONF, write_deployment
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -73,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_reassign_command(subparsers, common)  # partition reassignment (issue 13)
     add_scram_command(subparsers, common)  # the Kafka listener's SCRAM users (issue 15)
     _plugged_in_commands(subparsers, common)
+    _nats_auth_command(subparsers, common)  # NATS permissions (issue 14)
     demo_parser = subparsers.add_parser(
         "demo", parents=[common], help="real clusters through real faults: the KIP-101 loss caught, a failover"
     )
@@ -203,6 +208,33 @@ def _client_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     delete_group.set_defaults(run=lambda a: group_commands.group_delete(a, commands.connect))
 
 
+# -- NATS permissions (issue 14): the users of a deployment (docker-compose, Kubernetes) -------------------------
+
+
+def _nats_auth_command(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "nats-auth",
+        parents=[common],
+        help="make a NATS user per role: <role>.creds (0600) and auth.conf for nats-server (`include auth.conf`)",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="directory for the files (existing .creds are kept)")
+    parser.set_defaults(run=_run_nats_auth)
+
+
+def _run_nats_auth(args: argparse.Namespace) -> int:
+    cluster_id = args.cluster_id or os.environ.get("HIGHTIDE_CLUSTER_ID") or "local"
+    try:
+        paths = write_deployment(args.out, check_cluster_id(cluster_id))
+    except (InvalidClusterId, ConfigError) as error:
+        raise commands.UsageError(str(error)) from None
+    except OSError as error:
+        raise commands.UsageError(f"cannot write to {args.out}: {error.strerror or error}") from None
+    for role, path in paths.items():
+        print(f"{role.value}\t{path}")
+    print(f"nats-server\t{args.out / AUTH_CONF}")
+    return EXIT_OK
+
+
 def _run_bench(args: argparse.Namespace) -> int:
     chosen = args.workload or ["all"]
     workloads = list(bench.WORKLOADS) if "all" in chosen else list(dict.fromkeys(chosen))
@@ -232,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_bench(args)
         result: int = args.run(args)
         return result
-    except commands.UsageError as e:
+    except (commands.UsageError, ConfigError) as e:  # ConfigError: a bad nats.* setting (a credentials file)
         print(f"hightide {name}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except (ClusterError, NatsUnavailable, events_cli.EventsFailed) as e:

@@ -16,7 +16,8 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, TextIO, cast
+from pathlib import Path
+from typing import Any, Final, TextIO, cast
 
 from hightide.client.admin import Admin
 from hightide.client.client_events import open_client_events, records_consumed, send_completed, send_invoked
@@ -27,6 +28,7 @@ from hightide.client.producer import ProduceFailed, Producer, ProducerConfig, Re
 from hightide.core import topic_configs
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode, HightideError
+from hightide.protocol.permissions import Role
 from hightide.runtime.events import EventSink
 from hightide.runtime.logging import get_logger
 from hightide.runtime.nats import NatsUnavailable
@@ -55,9 +57,39 @@ def cluster_address(args: argparse.Namespace) -> tuple[str, str]:
     return url, cluster_id
 
 
-async def _connect(args: argparse.Namespace) -> ClusterConnection:
+CREDENTIALS_ENV = "HIGHTIDE_NATS_CREDENTIALS"
+# NATS permissions (issue 14): the commands that change the cluster connect as the admin, the others as a client.
+ADMIN_COMMANDS: Final = frozenset(
+    {"topic create", "topic alter", "topic delete", "leader-election", "reassign", "group delete"}
+)
+
+
+def command_role(args: argparse.Namespace) -> Role:
+    """The role a command needs: admin for topic, election, reassignment and group deletion, else client."""
+    command = " ".join(str(part) for part in (getattr(args, "command", None), getattr(args, "action", None)) if part)
+    top = str(getattr(args, "command", ""))
+    return Role.ADMIN if command in ADMIN_COMMANDS or top in ADMIN_COMMANDS else Role.CLIENT
+
+
+def nats_credentials(args: argparse.Namespace, role: Role | None = None) -> Path | None:
+    """The credentials file a command connects with: HIGHTIDE_NATS_CREDENTIALS, else, on the local cluster of
+    `--data-dir` (when the command talks to its NATS), that cluster's file for the command's role."""
+    explicit = os.environ.get(CREDENTIALS_ENV)
+    if explicit:
+        return Path(explicit)
+    try:
+        state = LocalCluster(args.data_dir).read_state()
+    except ClusterError:
+        return None
+    url, _ = cluster_address(args)
+    if state is None or url != state.nats_url:
+        return None
+    return state.credentials_file(role or command_role(args))
+
+
+async def _connect(args: argparse.Namespace, role: Role | None = None) -> ClusterConnection:
     url, cluster_id = cluster_address(args)
-    return await ClusterConnection.open(url, cluster_id)
+    return await ClusterConnection.open(url, cluster_id, credentials_file=nats_credentials(args, role))
 
 
 def _key_values(items: Sequence[str] | None) -> dict[str, str]:
@@ -97,7 +129,8 @@ def cluster_up(args: argparse.Namespace) -> int:
         nats_nodes=args.nats_nodes,
     )
     print(f"starting a local cluster: {state.nats_url}, {args.controllers} controller(s), {args.brokers} broker(s)")
-    status = asyncio.run(_wait_ready(state.nats_url, state.cluster_id, args.brokers, args.timeout))
+    credentials = state.credentials_file(Role.CLIENT)
+    status = asyncio.run(_wait_ready(state.nats_url, state.cluster_id, args.brokers, args.timeout, credentials))
     if status is None:
         print(
             f"hightide cluster up: the cluster did not become ready (logs: {args.data_dir / 'logs'})", file=sys.stderr
@@ -115,12 +148,14 @@ def cluster_up(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _wait_ready(url: str, cluster_id: str, brokers: int, timeout_s: float) -> wire.DescribeClusterResponse | None:
+async def _wait_ready(
+    url: str, cluster_id: str, brokers: int, timeout_s: float, credentials: Path | None = None
+) -> wire.DescribeClusterResponse | None:
     deadline = time.monotonic() + timeout_s
     conn = None
     while conn is None:
         try:
-            conn = await ClusterConnection.open(url, cluster_id)
+            conn = await ClusterConnection.open(url, cluster_id, credentials_file=credentials)
         except NatsUnavailable:
             if time.monotonic() > deadline:
                 return None
@@ -147,7 +182,7 @@ def cluster_down(args: argparse.Namespace) -> int:
 def cluster_status(args: argparse.Namespace) -> int:
     cluster = LocalCluster(args.data_dir)
     url, cluster_id = cluster_address(args)
-    status = asyncio.run(_describe(url, cluster_id))
+    status = asyncio.run(_describe(url, cluster_id, nats_credentials(args, Role.CLIENT)))
     if args.json:
         state = cluster.read_state()
         body: dict[str, Any] = state.to_json() if state else {"nats_url": url, "cluster_id": cluster_id}
@@ -166,10 +201,10 @@ DESCRIBE_ATTEMPTS = 5
 DESCRIBE_ATTEMPT_TIMEOUT_S = 1.0
 
 
-async def _describe(url: str, cluster_id: str) -> wire.DescribeClusterResponse:
+async def _describe(url: str, cluster_id: str, credentials: Path | None = None) -> wire.DescribeClusterResponse:
     """Ask the controllers' queue group, a few short tries: a paused or dying controller still in the group takes
     some requests and answers none, and must not cost the whole command (the next try reaches another member)."""
-    conn = await ClusterConnection.open(url, cluster_id)
+    conn = await ClusterConnection.open(url, cluster_id, credentials_file=credentials)
     try:
         for attempt in range(DESCRIBE_ATTEMPTS):
             try:

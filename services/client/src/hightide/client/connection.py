@@ -29,6 +29,7 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from nats.aio.client import Client
@@ -100,11 +101,17 @@ class ClusterConnection:
         self._refreshed_at: dict[tuple[str, ...], float] = {}
 
     @classmethod
-    async def open(cls, nats_url: str, cluster_id: str, **kwargs: Any) -> ClusterConnection:
+    async def open(
+        cls, nats_url: str, cluster_id: str, *, credentials_file: Path | None = None, **kwargs: Any
+    ) -> ClusterConnection:
+        """Connect to NATS at `nats_url`, as the user of `credentials_file` (`nats.credentials.file`) when given."""
         # Reconnect for as long as the caller waits (as a Kafka client does): every request has its own timeout and
         # the producer its delivery.timeout.ms, so a client outlives a NATS restart instead of closing for good after
         # a few refused attempts, and its event relay can still deliver afterwards.
-        nc = await connect(NatsSettings(url=nats_url, name="hightide-client", max_reconnect_attempts=-1))
+        settings = NatsSettings(
+            url=nats_url, credentials_file=credentials_file, name="hightide-client", max_reconnect_attempts=-1
+        )
+        nc = await connect(settings)
         return cls(nc, cluster_id, **kwargs)
 
     async def close(self) -> None:

@@ -32,9 +32,10 @@ from nats.aio.client import Client
 from nats.js import api
 from nats.js.errors import NotFoundError
 
-from hightide.client.commands import UsageError, cluster_address
+from hightide.client.commands import UsageError, cluster_address, nats_credentials
 from hightide.protocol.envelope import Envelope, decode_envelopes, to_plain
 from hightide.protocol.events import CATALOGUE, InvalidEvent, field_hints
+from hightide.protocol.permissions import Role
 from hightide.protocol.subjects import events_stream, events_subjects
 from hightide.runtime.logging import get_logger
 from hightide.runtime.nats import NatsSettings, connect
@@ -78,7 +79,8 @@ def events_tail(args: argparse.Namespace) -> int:
     line_of = _json_line if args.format == "json" else _text_line
     printer = _Printer(sys.stdout, wanted, line_of)
     try:
-        return asyncio.run(_tail_until_signal(url, cluster_id, printer, follow=args.follow))
+        credentials = nats_credentials(args, Role.CLIENT)
+        return asyncio.run(_tail_until_signal(url, cluster_id, printer, follow=args.follow, credentials=credentials))
     except BrokenPipeError:
         # `hightide events tail | head`: the reader has gone, which is not a failure. Point stdout at /dev/null
         # so the interpreter's last flush does not complain either.
@@ -93,9 +95,11 @@ def _wanted_types(types: list[str]) -> frozenset[str] | None:
     return frozenset(types) or None
 
 
-async def _tail_until_signal(url: str, cluster_id: str, printer: _Printer, *, follow: bool) -> int:
+async def _tail_until_signal(
+    url: str, cluster_id: str, printer: _Printer, *, follow: bool, credentials: Path | None = None
+) -> int:
     """Run the reader until it is done (without --follow) or SIGINT/SIGTERM arrives, then close NATS."""
-    nc = await connect(NatsSettings(url=url, name="hightide-events-tail"))
+    nc = await connect(NatsSettings(url=url, credentials_file=credentials, name="hightide-events-tail"))
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -251,14 +255,17 @@ def _json_line(envelope: Envelope, stream_seq: int) -> str:
 
 def events_export(args: argparse.Namespace) -> int:
     url, cluster_id = cluster_address(args)
-    return asyncio.run(_export(url, cluster_id, args.lake))
+    return asyncio.run(_export(url, cluster_id, args.lake, nats_credentials(args, Role.CLIENT)))
 
 
-async def _export(url: str, cluster_id: str, lake: Path) -> int:
+async def _export(url: str, cluster_id: str, lake: Path, credentials: Path | None = None) -> int:
     # Imported here: the lake brings pyarrow, which no other command needs at start-up.
     from hightide.lake import LakeError, export_once  # noqa: PLC0415
 
-    nc = await connect(NatsSettings(url=url, name="hightide-events-export", max_reconnect_attempts=10))
+    settings = NatsSettings(
+        url=url, credentials_file=credentials, name="hightide-events-export", max_reconnect_attempts=10
+    )
+    nc = await connect(settings)
     try:
         summary = await export_once(nc, cluster_id, lake, log=get_logger("hightide.events.export"))
     except LakeError as error:  # the lake in use by an archiver or unusable, or the event store not answering

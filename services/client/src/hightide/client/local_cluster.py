@@ -8,6 +8,14 @@ services run as separate processes (`python -m hightide.broker`, `python -m high
 `<data-dir>/broker-<id>/`, each controller's outbox in `<data-dir>/controller-<id>/`, the event lake in
 `<data-dir>/lake/`.
 
+NATS is locked down (issue 14): `up` makes a user per role (`hightide.protocol.permissions`) with its credentials in
+`<data-dir>/nats-auth/<role>.creds` (mode 0600; kept across restarts of the data dir), writes the nats-server
+config with their `authorization` block (`nats_node_config`, one call per node) and starts each process with its
+role's file (`nats.credentials.file`); `cluster.json` names the files (`credentials`). A connection that brings no
+credentials is the `client` user (nats-server's `no_auth_user`), so a Kafka-client-like tool needs no setup on this
+machine, as with a PLAINTEXT listener; it can produce and consume, never act as a service or an admin. Against an
+external NATS (`--nats-url`) the launcher makes no users: the `nats.*` properties (`--config`) say how to connect.
+
 `down` stops the services in the order that loses no event: brokers, then controllers (each relays its final
 events to the EVENTS stream as it stops), then the archiver once it has acknowledged everything in the stream
 (or after `ARCHIVER_CATCH_UP_S`), then nats-server.
@@ -25,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -38,8 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import nats
 import nats.errors
+
+from hightide.protocol.permissions import Role
+from hightide.runtime.nats import NatsSettings, NatsUnavailable, connect
+from hightide.runtime.nats_auth import CREDENTIALS_DIR, ensure_credentials, server_authorization
 
 CLUSTER_FILE: Final = "cluster.json"
 DEFAULT_NATS_PORT: Final = 4222
@@ -137,6 +149,21 @@ class ClusterState:
 
     kafka_listeners: dict[str, str] = field(default_factory=dict)  # broker id -> host:port (issue 15)
     nats_pids: dict[str, int] = field(default_factory=dict)  # NATS node -> pid (issue 14); nats_pid is node 1's
+    credentials: dict[str, str] = field(default_factory=dict)  # role -> credentials file (issue 14); {}: no auth
+
+    def credentials_file(self, role: Role) -> Path | None:
+        """The credentials file of `role`, or None when this cluster's NATS has no users of ours."""
+        path = self.credentials.get(role.value)
+        return None if path is None else Path(path)
+
+    def nats_settings(self, role: Role, *, name: str, max_reconnect_attempts: int = -1) -> NatsSettings:
+        """How a process of `role` connects to this cluster's NATS."""
+        return NatsSettings(
+            url=self.nats_url,
+            credentials_file=self.credentials_file(role),
+            name=name,
+            max_reconnect_attempts=max_reconnect_attempts,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -151,6 +178,7 @@ class ClusterState:
             "canary_http_port": self.canary_http_port,
             "kafka_listeners": self.kafka_listeners,
             "nats_pids": self.nats_pids,
+            "credentials": self.credentials,
         }
 
 
@@ -181,6 +209,7 @@ class LocalCluster:
             canary_http_port=None if body.get("canary_http_port") is None else int(body["canary_http_port"]),
             kafka_listeners={k: str(v) for k, v in body.get("kafka_listeners", {}).items()},
             nats_pids={k: int(v) for k, v in body.get("nats_pids", {}).items()},
+            credentials={k: str(v) for k, v in body.get("credentials", {}).items()},
         )
 
     def write_state(self, state: ClusterState) -> None:
@@ -210,14 +239,19 @@ class LocalCluster:
             raise ClusterError("--nats-nodes starts NATS here: it cannot be combined with --nats-url")
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
         nats_pids: dict[str, int] = {}
+        credentials: dict[str, str] = {}
         if nats_url is None:
-            nats_url, nats_pids = self._start_nats(nats_nodes)
+            paths = ensure_credentials(self.data_dir / CREDENTIALS_DIR)
+            credentials = {role.value: str(path) for role, path in paths.items()}
+            authorization = server_authorization(cluster_id, paths, no_auth_user=Role.CLIENT)
+            nats_url, nats_pids = self._start_nats(nats_nodes, authorization, paths[Role.ADMIN])
         state = ClusterState(
             nats_url=nats_url,
             cluster_id=cluster_id,
             nats_pid=nats_pids.get("1", -1),
             config=list(config),
             nats_pids=nats_pids if nats_nodes > 1 else {},
+            credentials=credentials,
         )
         self.write_state(state)
         for controller_id in range(1, controllers + 1):
@@ -229,25 +263,33 @@ class LocalCluster:
             self.start_canary(state)
         return state
 
-    def _start_nats(self, nodes: int) -> tuple[str, dict[str, int]]:
+    def _start_nats(self, nodes: int, authorization: str, admin: Path) -> tuple[str, dict[str, int]]:
         """Start `nodes` nats-server processes (one: the single server of old, its client port 4222 when free; more:
-        a routed cluster on free ports) and wait until they form one cluster with JetStream answering. The URL
-        lists every node."""
+        a routed cluster on free ports), each with the users of `authorization`, and wait until they form one
+        cluster with JetStream answering (asked with `admin`'s credentials). The URL lists every node."""
         client_ports = [free_port(DEFAULT_NATS_PORT)] + [free_port() for _ in range(nodes - 1)]
         route_ports = [free_port() for _ in range(nodes)] if nodes > 1 else []
         pids: dict[str, int] = {}
         for node in range(1, nodes + 1):
             store = self._nats_store(node, nodes)
             store.mkdir(parents=True, exist_ok=True)
-            self._nats_conf(node, nodes).write_text(
-                nats_node_config(node=node, client_ports=client_ports, route_ports=route_ports, store=store)
+            conf = self._nats_conf(node, nodes)
+            conf.write_text(
+                nats_node_config(
+                    node=node,
+                    client_ports=client_ports,
+                    route_ports=route_ports,
+                    store=store,
+                    authorization=authorization,
+                )
             )
+            conf.chmod(0o600)
             pids[str(node)] = self._spawn_nats(node, nodes)
         urls = [f"nats://127.0.0.1:{port}" for port in client_ports]
         try:
             for node, port in enumerate(client_ports, start=1):
                 self._wait_nats_port(node, nodes, pids[str(node)], port)
-            if nodes > 1 and not _run_async(_nats_cluster_ready(urls, NATS_READY_TIMEOUT_S)):
+            if nodes > 1 and not _run_async(_nats_cluster_ready(urls, NATS_READY_TIMEOUT_S, admin)):
                 raise ClusterError(
                     f"the {nodes} nats-servers did not form a cluster with JetStream within "
                     f"{NATS_READY_TIMEOUT_S:.0f} s (see {self.data_dir / 'logs'}/nats-server-*.log)"
@@ -317,8 +359,11 @@ class LocalCluster:
         )
         return process.pid
 
-    def _common(self, state: ClusterState) -> list[str]:
+    def _common(self, state: ClusterState, role: Role) -> list[str]:
         args = ["--nats-url", state.nats_url, "--cluster-id", state.cluster_id]
+        credentials = state.credentials_file(role)
+        if credentials is not None:
+            args += ["--config", f"nats.credentials.file={credentials}"]
         for item in state.config:
             args += ["--config", item]
         return args
@@ -328,7 +373,15 @@ class LocalCluster:
         data = self.data_dir / f"controller-{controller_id}"
         pid = self._spawn(
             f"controller-{controller_id}",
-            ["-m", "hightide.controller", "--id", str(controller_id), "--data-dir", str(data), *self._common(state)],
+            [
+                "-m",
+                "hightide.controller",
+                "--id",
+                str(controller_id),
+                "--data-dir",
+                str(data),
+                *self._common(state, Role.CONTROLLER),
+            ],
         )
         state.controllers[str(controller_id)] = pid
         self.write_state(state)
@@ -350,7 +403,16 @@ class LocalCluster:
         own += [arg for item in config for arg in ("--config", item)]
         pid = self._spawn(
             f"broker-{broker_id}",
-            ["-m", "hightide.broker", "--id", str(broker_id), "--data-dir", str(data), *self._common(state), *own],
+            [
+                "-m",
+                "hightide.broker",
+                "--id",
+                str(broker_id),
+                "--data-dir",
+                str(data),
+                *self._common(state, Role.BROKER),
+                *own,
+            ],
         )
         state.brokers[str(broker_id)] = pid
         self.write_state(state)
@@ -364,7 +426,9 @@ class LocalCluster:
         state = state or self._require_state()
         if state.archiver is not None and pid_alive(state.archiver):
             raise ClusterError(f"the archiver is already running (pid {state.archiver})")
-        pid = self._spawn("archiver", ["-m", "hightide.archiver", "--lake", str(self.lake), *self._common(state)])
+        pid = self._spawn(
+            "archiver", ["-m", "hightide.archiver", "--lake", str(self.lake), *self._common(state, Role.ARCHIVER)]
+        )
         state.archiver = pid
         self.write_state(state)
         return pid
@@ -376,7 +440,11 @@ class LocalCluster:
             raise ClusterError(f"the canary is already running (pid {state.canary})")
         port = free_port()
         argv = ["-m", "hightide.client.cli", "canary", "--data-dir", str(self.data_dir), "--http-port", str(port)]
-        pid = self._spawn("canary", [*argv, "--nats-url", state.nats_url, "--cluster-id", state.cluster_id])
+        argv += ["--nats-url", state.nats_url, "--cluster-id", state.cluster_id]
+        credentials = state.credentials_file(Role.ADMIN)  # it manages its topic: creates it, elects leaders
+        if credentials is not None:
+            argv += ["--config", f"nats.credentials.file={credentials}"]
+        pid = self._spawn("canary", argv)
         state.canary, state.canary_http_port = pid, port
         self.write_state(state)
         return pid
@@ -411,7 +479,8 @@ class LocalCluster:
         for pid in state.controllers.values():
             stop_process(pid, hard=False)
         if state.archiver is not None and pid_alive(state.archiver):
-            wait_archived(state.nats_url, state.cluster_id, ARCHIVER_CATCH_UP_S)
+            settings = state.nats_settings(Role.ADMIN, name="hightide-cluster-down")
+            wait_archived(settings, state.cluster_id, ARCHIVER_CATCH_UP_S)
             stop_process(state.archiver, hard=False)
         for pid in state.nats_pids.values() or ([state.nats_pid] if state.nats_pid > 0 else []):
             with contextlib.suppress(ProcessLookupError):
@@ -427,11 +496,11 @@ class LocalCluster:
         return state
 
 
-def wait_archived(nats_url: str, cluster_id: str, timeout_s: float) -> bool:
+def wait_archived(settings: NatsSettings | str, cluster_id: str, timeout_s: float) -> bool:
     """Wait until the archiver has acknowledged every message in the EVENTS stream (true), or give up after
     `timeout_s`, or at once when NATS or the archiver's consumer cannot be asked (false). Callable from inside an
     event loop too (the benchmark's cluster stops from async code): then it waits on a thread of its own."""
-    return _run_async(_wait_archived(nats_url, cluster_id, timeout_s))
+    return _run_async(_wait_archived(settings, cluster_id, timeout_s))
 
 
 def _run_async(coroutine: Coroutine[Any, Any, bool]) -> bool:
@@ -444,13 +513,15 @@ def _run_async(coroutine: Coroutine[Any, Any, bool]) -> bool:
         return pool.submit(asyncio.run, coroutine).result()
 
 
-async def _wait_archived(nats_url: str, cluster_id: str, timeout_s: float) -> bool:
+async def _wait_archived(settings: NatsSettings | str, cluster_id: str, timeout_s: float) -> bool:
     # Imported here: the lake brings pyarrow, which every other command would pay for at start-up.
     from hightide.lake.archiver import archiver_lag  # noqa: PLC0415
 
+    if isinstance(settings, str):
+        settings = NatsSettings(url=settings)
     try:
-        nc = await nats.connect(_servers(nats_url), connect_timeout=2, allow_reconnect=False)
-    except (OSError, nats.errors.Error, TimeoutError):
+        nc = await connect(dataclasses.replace(settings, max_reconnect_attempts=0))
+    except NatsUnavailable:
         return False
     deadline = time.monotonic() + timeout_s
     try:
@@ -516,16 +587,17 @@ def _servers(nats_url: str) -> list[str]:
     return [server.strip() for server in nats_url.split(",") if server.strip()]
 
 
-async def _nats_cluster_ready(urls: Sequence[str], timeout_s: float) -> bool:
+async def _nats_cluster_ready(urls: Sequence[str], timeout_s: float, credentials: Path | None = None) -> bool:
     """Whether, within `timeout_s`, every node lists every other node's client URL (they are all routed) and
-    JetStream answers its API (the meta group has a leader)."""
+    JetStream answers its API (the meta group has a leader); asked with `credentials` (the admin's) when given."""
     deadline = time.monotonic() + timeout_s
     expected = {url.removeprefix("nats://") for url in urls}
     pending = list(urls)
     while pending and time.monotonic() < deadline:
         url = pending[0]
-        with contextlib.suppress(OSError, nats.errors.Error, TimeoutError):
-            nc = await nats.connect(url, connect_timeout=1, allow_reconnect=False)
+        with contextlib.suppress(OSError, nats.errors.Error, TimeoutError, NatsUnavailable):
+            settings = NatsSettings(url=url, credentials_file=credentials, max_reconnect_attempts=0)
+            nc = await connect(dataclasses.replace(settings, connect_timeout_s=1))
             try:
                 info = getattr(nc, "_server_info", {})  # the connect INFO; nats-py has no public accessor
                 if set(info.get("connect_urls") or ()) >= expected:
