@@ -143,9 +143,9 @@ def started_twice() -> tuple[Story, list[Envelope]]:
     """Two coordinators (a deposed one that did not know) each completed a rebalance into generation 2."""
     s = Story("twice")
     s.started(10, 1, "a")
-    s.started(20, 2, "a")
+    first = s.started(20, 2, "a")
     bad = s.started(21, 2, "b", broker=2)
-    return s, [bad]
+    return s, [first, bad]
 
 
 def going_back() -> tuple[Story, list[Envelope]]:
@@ -161,10 +161,10 @@ def handed_out_again() -> tuple[Story, list[Envelope]]:
     s.started(10, 1, "a")
     s.synced(11, 1, ("a", 0))
     s.started(12, 2, "a")
-    s.synced(13, 2, ("a", 0))
+    handed_out = s.synced(13, 2, ("a", 0))
     s.unloaded(20, 2)
     bad = s.started(21, 2, "a")
-    return s, [bad]
+    return s, [handed_out, bad]
 
 
 def loaded_below() -> tuple[Story, list[Envelope]]:
@@ -173,9 +173,9 @@ def loaded_below() -> tuple[Story, list[Envelope]]:
     s.started(10, 1, "a")
     s.synced(11, 1, ("a", 0))
     s.started(12, 2, "a")
-    s.synced(13, 2, ("a", 0))
+    handed_out = s.synced(13, 2, ("a", 0))
     bad = s.loaded(20, 1, "a")
-    return s, [bad]
+    return s, [handed_out, bad]
 
 
 def two_owners() -> tuple[Story, list[Envelope]]:

@@ -63,7 +63,9 @@ class _Known:
     members: tuple[str, ...]
     members_from: str  # the id of the event that set `members` (a GroupLoaded, or a GroupGenerationStarted)
     durable: int = NO_GENERATION  # the newest generation handed out (synced) or loaded
-    started: set[int] = field(default_factory=set)  # started by the coordinator in office, since it loaded
+    durable_from: str = ""  # the event that first handed out or loaded `durable`
+    # started by the coordinator in office, since it loaded: generation -> the id of its first start
+    started: dict[int, str] = field(default_factory=dict)
     # per generation: its first assignment (sorted member, topic, partition rows) and the id of its event
     assignments: dict[int, tuple[tuple[tuple[str, str, int], ...], str]] = field(default_factory=dict)
 
@@ -96,7 +98,7 @@ def check_identified(history: Iterable[tuple[str, events.Event]]) -> list[GroupV
         elif isinstance(event, events.GroupUnloaded):
             group = known.get(event.group_id)
             if group is not None:  # what it had not persisted is gone with it
-                group.started, group.generation_id = set(), group.durable
+                group.started, group.generation_id = {}, group.durable
         elif isinstance(event, events.GroupAssignmentSynced):
             found += _assignment_synced(known, event_id, event)
         elif isinstance(event, events.OffsetsCommitted):
@@ -113,7 +115,8 @@ def _ids(*ids: str) -> tuple[str, ...]:
 def _loaded(known: dict[str, _Known], event_id: str, event: events.GroupLoaded) -> list[GroupViolation]:
     group = known.get(event.group_id)
     if group is None:
-        known[event.group_id] = _Known(event.generation_id, event.members, event_id, event.generation_id)
+        known[event.group_id] = _Known(event.generation_id, event.members, event_id)
+        _hand_out(known[event.group_id], event_id, event.generation_id)
         return []
     found = []
     if event.generation_id < group.durable:
@@ -124,17 +127,22 @@ def _loaded(known: dict[str, _Known], event_id: str, event: events.GroupLoaded) 
                 event.generation_id,
                 f"group {event.group_id} was loaded at generation {event.generation_id}, below generation "
                 f"{group.durable} already handed out",
-                _ids(event_id),
+                _ids(event_id, group.durable_from),
             )
         )
     group.generation_id, group.members, group.members_from, group.started = (
         event.generation_id,
         event.members,
         event_id,
-        set(),
+        {},
     )
-    group.durable = max(group.durable, event.generation_id)
+    _hand_out(group, event_id, event.generation_id)
     return found
+
+
+def _hand_out(group: _Known, event_id: str, generation_id: int) -> None:
+    if generation_id > group.durable:
+        group.durable, group.durable_from = generation_id, event_id
 
 
 def _generation_started(
@@ -142,17 +150,21 @@ def _generation_started(
 ) -> list[GroupViolation]:
     group = known.get(event.group_id)
     if group is None:
-        known[event.group_id] = _Known(event.generation_id, event.members, event_id, started={event.generation_id})
+        known[event.group_id] = _Known(
+            event.generation_id, event.members, event_id, started={event.generation_id: event_id}
+        )
         return []
     found = []
     if event.generation_id in group.started or event.generation_id <= group.durable:
+        earlier = group.started.get(event.generation_id, "")
+        handed_out = group.durable_from if event.generation_id <= group.durable else ""
         found.append(
             GroupViolation(
                 "one_generation_at_a_time",
                 event.group_id,
                 event.generation_id,
                 f"generation {event.generation_id} of group {event.group_id} started a second time",
-                _ids(event_id),
+                _ids(event_id, earlier, handed_out),
             )
         )
     elif event.generation_id < group.generation_id:  # within one coordinator's office
@@ -166,7 +178,7 @@ def _generation_started(
                 _ids(event_id),
             )
         )
-    group.started.add(event.generation_id)
+    group.started.setdefault(event.generation_id, event_id)
     if event.generation_id >= group.generation_id:
         group.generation_id = event.generation_id
         group.members, group.members_from = event.members, event_id
@@ -196,7 +208,7 @@ def _assignment_synced(
     group = known.get(event.group_id)
     if group is None:
         return found
-    group.durable = max(group.durable, event.generation_id)
+    _hand_out(group, event_id, event.generation_id)
     rows = tuple(sorted(zip(event.members, event.topics, event.partitions, strict=True)))
     earlier, earlier_id = group.assignments.setdefault(event.generation_id, (rows, event_id))
     if earlier != rows:

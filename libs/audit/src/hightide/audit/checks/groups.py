@@ -75,7 +75,8 @@ def one_generation_at_a_time(history: History) -> Iterator[Finding]:
     already handed out (its assignment synced) or loaded, and a new coordinator never loads less than was handed
     out. A generation its coordinator lost before the sync may start again under the next one (Kafka persists a
     generation at its sync); a deleted group starts over. One finding per GroupGenerationStarted or GroupLoaded that
-    breaks it."""
+    breaks it, naming it, the same generation's earlier start in the same coordinator's office, and the event that
+    first handed out (synced) or loaded the generation it is not above."""
     return _findings(history, "one_generation_at_a_time")
 
 

@@ -9,7 +9,8 @@ restated with window functions over each group's events in that order:
 - `known`: a GroupGenerationStarted or GroupLoaded came earlier in the life (the fold knows the group);
 - `segment`: how many GroupLoaded and GroupUnloaded events came so far in the life (each starts a coordinator's
   office over: the generations it started are forgotten);
-- `durable`: the greatest generation handed out (synced while known) or loaded earlier in the life;
+- `durable`: the greatest generation handed out (synced while known) or loaded earlier in the life, and
+  `durable_from`, the event that first reached it;
 - `current`: the generation the coordinator in office holds: the segment's start (the loaded generation, or the
   durable one at an unload) and every generation started in the segment since, whichever is greatest;
 - the group's members: those of the last GroupLoaded, or GroupGenerationStarted that became current, before.
@@ -111,17 +112,24 @@ def _with_state(events_frame: DataFrame) -> DataFrame:
     ).withColumn("segment", F.sum((loaded | unloaded).cast("int")).over(up_to))
     handed_out = F.when((is_type(events.GroupAssignmentSynced) & F.col("known")) | loaded, generation)
     rows = rows.withColumn("durable", F.coalesce(F.max(handed_out).over(before), F.lit(NO_GENERATION)))
+    # The event that first handed out or loaded the durable generation: the last one before that raised it.
+    raised = F.when(handed_out > F.col("durable"), F.col("event_id"))
+    rows = rows.withColumn("durable_from", F.last(raised, ignorenulls=True).over(before))
     segment = Window.partitionBy("group_id", "life", "segment")
     start = F.when(loaded, generation).when(unloaded, F.col("durable"))
     started_before = F.max(F.when(started, generation)).over(segment.orderBy(*ORDER).rowsBetween(UNBOUNDED, -1))
     same_generation = Window.partitionBy("group_id", "life", "segment", "type", "generation_id").orderBy(*ORDER)
-    rows = rows.withColumn(
-        "current",
-        F.greatest(
-            F.coalesce(F.max(start).over(segment), F.lit(NO_GENERATION)),
-            F.coalesce(started_before, F.lit(NO_GENERATION)),
-        ),
-    ).withColumn("repeated", started & (F.row_number().over(same_generation) > 1))
+    rows = (
+        rows.withColumn(
+            "current",
+            F.greatest(
+                F.coalesce(F.max(start).over(segment), F.lit(NO_GENERATION)),
+                F.coalesce(started_before, F.lit(NO_GENERATION)),
+            ),
+        )
+        .withColumn("repeated", started & (F.row_number().over(same_generation) > 1))
+        .withColumn("first_start", F.first("event_id").over(same_generation))
+    )
     sets_members = loaded | (started & (~F.col("known") | (generation >= F.col("current"))))
     return rows.withColumn(
         "members_now", F.last(F.when(sets_members, F.col("members")), ignorenulls=True).over(before)
@@ -137,7 +145,7 @@ def one_generation_at_a_time(events_frame: DataFrame) -> DataFrame:
     loaded_below = rows.where(is_type(events.GroupLoaded) & (generation < F.col("durable"))).select(
         *finding_columns(
             "one_generation_at_a_time",
-            events=F.array("event_id"),
+            events=F.array_compact(F.array("event_id", "durable_from")),
             detail=F.format_string(
                 "group %s was loaded at generation %d, below generation %d already handed out",
                 group,
@@ -148,10 +156,12 @@ def one_generation_at_a_time(events_frame: DataFrame) -> DataFrame:
     )
     started = rows.where(is_type(events.GroupGenerationStarted))
     twice = F.col("repeated") | (generation <= F.col("durable"))
+    earlier = F.when(F.col("repeated"), F.col("first_start"))
+    handed_out = F.when(generation <= F.col("durable"), F.col("durable_from"))
     again = started.where(twice).select(
         *finding_columns(
             "one_generation_at_a_time",
-            events=F.array("event_id"),
+            events=F.array_compact(F.array("event_id", earlier, handed_out)),
             detail=F.format_string("generation %d of group %s started a second time", generation, group),
         )
     )
