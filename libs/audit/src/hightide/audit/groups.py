@@ -2,9 +2,10 @@
 
 Room: libs/audit (pure). The simulator runs these after every step over the group events its coordinators
 emitted, and a test feeds each one a history that breaks it. They read only the catalogue's group events
-(`GroupGenerationStarted`, `GroupAssignmentSynced`, `OffsetsCommitted`, `GroupLoaded`, `GroupDeleted`), in the
-order they happened; they are not in the audit's `CHECKS` registry yet (that registry requires a PySpark twin of
-every check).
+(`GroupGenerationStarted`, `GroupAssignmentSynced`, `OffsetsCommitted`, `GroupLoaded`, `GroupUnloaded`,
+`GroupDeleted`, `PartitionsAssigned`), in the order they happened. The history audit runs the same fold over a
+lake's group events (`hightide.audit.checks.groups`, which defines their order across processes), with each
+violation's events named; its PySpark twin is `hightide.history.checks.groups`.
 
 | invariant                  | statement                                                                          |
 | -------------------------- | ---------------------------------------------------------------------------------- |
@@ -36,59 +37,86 @@ from dataclasses import dataclass, field
 from hightide.protocol import events
 
 NO_GENERATION = -1
+NO_OFFSET = -1
 
 
 @dataclass(frozen=True, slots=True)
 class GroupViolation:
+    """One broken group invariant. `events` are the ids of the events that show it (as given to
+    `check_identified`; empty from `check_group_history`); topic, partition and offsets when it is about one
+    partition (offsets: the range skipped or read again, -1 when none)."""
+
     invariant: str
     group_id: str
     generation_id: int
     detail: str
+    events: tuple[str, ...] = ()
+    topic: str = ""
+    partition: int = -1
+    first_offset: int = NO_OFFSET
+    last_offset: int = NO_OFFSET
 
 
 @dataclass(slots=True)
 class _Known:
     generation_id: int  # the current generation, as its coordinator sees it
     members: tuple[str, ...]
+    members_from: str  # the id of the event that set `members` (a GroupLoaded, or a GroupGenerationStarted)
     durable: int = NO_GENERATION  # the newest generation handed out (synced) or loaded
-    started: set[int] = field(default_factory=set)  # started by the coordinator in office, since it loaded
-    assignments: dict[int, tuple[tuple[str, str, int], ...]] = field(default_factory=dict)
+    durable_from: str = ""  # the event that first handed out or loaded `durable`
+    # started by the coordinator in office, since it loaded: generation -> the id of its first start
+    started: dict[int, str] = field(default_factory=dict)
+    # per generation: its first assignment (sorted member, topic, partition rows) and the id of its event
+    assignments: dict[int, tuple[tuple[tuple[str, str, int], ...], str]] = field(default_factory=dict)
+
+
+Commit = tuple[int, str]  # the last committed offset, and the id of the OffsetsCommitted event
 
 
 def check_group_history(history: Iterable[events.Event]) -> list[GroupViolation]:
     """Every violation of the group invariants in `history` (events in the order they happened)."""
+    return check_identified(("", event) for event in history)
+
+
+def check_identified(history: Iterable[tuple[str, events.Event]]) -> list[GroupViolation]:
+    """Every violation of the group invariants in `history`: (event id, event) pairs in the order they happened."""
     known: dict[str, _Known] = {}
-    commits: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) -> the last committed offset
+    commits: dict[tuple[str, str, int], Commit] = {}  # (group, topic, partition) -> the last commit
     found: list[GroupViolation] = []
-    for event in history:
+    for event_id, event in history:
         if isinstance(event, events.OffsetsCommitted):
             for topic, partition, offset in zip(event.topics, event.partitions, event.offsets, strict=True):
-                commits[(event.group_id, topic, partition)] = offset
+                commits[(event.group_id, topic, partition)] = (offset, event_id)
         elif isinstance(event, events.PartitionsAssigned):
-            found += _resumes_at_commit(commits, event)
+            found += _resumes_at_commit(commits, event_id, event)
         elif isinstance(event, events.GroupDeleted):
             commits = {k: v for k, v in commits.items() if k[0] != event.group_id}
         if isinstance(event, events.GroupGenerationStarted):
-            found += _generation_started(known, event)
+            found += _generation_started(known, event_id, event)
         elif isinstance(event, events.GroupLoaded):
-            found += _loaded(known, event)
+            found += _loaded(known, event_id, event)
         elif isinstance(event, events.GroupUnloaded):
             group = known.get(event.group_id)
             if group is not None:  # what it had not persisted is gone with it
-                group.started, group.generation_id = set(), group.durable
+                group.started, group.generation_id = {}, group.durable
         elif isinstance(event, events.GroupAssignmentSynced):
-            found += _assignment_synced(known, event)
+            found += _assignment_synced(known, event_id, event)
         elif isinstance(event, events.OffsetsCommitted):
-            found += _offsets_committed(known, event)
+            found += _offsets_committed(known, event_id, event)
         elif isinstance(event, events.GroupDeleted):
             known.pop(event.group_id, None)
     return found
 
 
-def _loaded(known: dict[str, _Known], event: events.GroupLoaded) -> list[GroupViolation]:
+def _ids(*ids: str) -> tuple[str, ...]:
+    return tuple(sorted({i for i in ids if i}))
+
+
+def _loaded(known: dict[str, _Known], event_id: str, event: events.GroupLoaded) -> list[GroupViolation]:
     group = known.get(event.group_id)
     if group is None:
-        known[event.group_id] = _Known(event.generation_id, event.members, event.generation_id)
+        known[event.group_id] = _Known(event.generation_id, event.members, event_id)
+        _hand_out(known[event.group_id], event_id, event.generation_id)
         return []
     found = []
     if event.generation_id < group.durable:
@@ -99,26 +127,44 @@ def _loaded(known: dict[str, _Known], event: events.GroupLoaded) -> list[GroupVi
                 event.generation_id,
                 f"group {event.group_id} was loaded at generation {event.generation_id}, below generation "
                 f"{group.durable} already handed out",
+                _ids(event_id, group.durable_from),
             )
         )
-    group.generation_id, group.members, group.started = event.generation_id, event.members, set()
-    group.durable = max(group.durable, event.generation_id)
+    group.generation_id, group.members, group.members_from, group.started = (
+        event.generation_id,
+        event.members,
+        event_id,
+        {},
+    )
+    _hand_out(group, event_id, event.generation_id)
     return found
 
 
-def _generation_started(known: dict[str, _Known], event: events.GroupGenerationStarted) -> list[GroupViolation]:
+def _hand_out(group: _Known, event_id: str, generation_id: int) -> None:
+    if generation_id > group.durable:
+        group.durable, group.durable_from = generation_id, event_id
+
+
+def _generation_started(
+    known: dict[str, _Known], event_id: str, event: events.GroupGenerationStarted
+) -> list[GroupViolation]:
     group = known.get(event.group_id)
     if group is None:
-        known[event.group_id] = _Known(event.generation_id, event.members, started={event.generation_id})
+        known[event.group_id] = _Known(
+            event.generation_id, event.members, event_id, started={event.generation_id: event_id}
+        )
         return []
     found = []
     if event.generation_id in group.started or event.generation_id <= group.durable:
+        earlier = group.started.get(event.generation_id, "")
+        handed_out = group.durable_from if event.generation_id <= group.durable else ""
         found.append(
             GroupViolation(
                 "one_generation_at_a_time",
                 event.group_id,
                 event.generation_id,
                 f"generation {event.generation_id} of group {event.group_id} started a second time",
+                _ids(event_id, earlier, handed_out),
             )
         )
     elif event.generation_id < group.generation_id:  # within one coordinator's office
@@ -129,16 +175,19 @@ def _generation_started(known: dict[str, _Known], event: events.GroupGenerationS
                 event.generation_id,
                 f"generation {event.generation_id} of group {event.group_id} started after generation "
                 f"{group.generation_id}",
+                _ids(event_id),
             )
         )
-    group.started.add(event.generation_id)
+    group.started.setdefault(event.generation_id, event_id)
     if event.generation_id >= group.generation_id:
         group.generation_id = event.generation_id
-        group.members = event.members
+        group.members, group.members_from = event.members, event_id
     return found
 
 
-def _assignment_synced(known: dict[str, _Known], event: events.GroupAssignmentSynced) -> list[GroupViolation]:
+def _assignment_synced(
+    known: dict[str, _Known], event_id: str, event: events.GroupAssignmentSynced
+) -> list[GroupViolation]:
     found = []
     owners: dict[tuple[str, int], str] = {}
     for member, topic, partition in zip(event.members, event.topics, event.partitions, strict=True):
@@ -151,14 +200,17 @@ def _assignment_synced(known: dict[str, _Known], event: events.GroupAssignmentSy
                     event.generation_id,
                     f"{topic}-{partition} is assigned to both {other} and {member} in generation "
                     f"{event.generation_id} of group {event.group_id}",
+                    _ids(event_id),
+                    topic,
+                    partition,
                 )
             )
     group = known.get(event.group_id)
     if group is None:
         return found
-    group.durable = max(group.durable, event.generation_id)
+    _hand_out(group, event_id, event.generation_id)
     rows = tuple(sorted(zip(event.members, event.topics, event.partitions, strict=True)))
-    earlier = group.assignments.setdefault(event.generation_id, rows)
+    earlier, earlier_id = group.assignments.setdefault(event.generation_id, (rows, event_id))
     if earlier != rows:
         found.append(
             GroupViolation(
@@ -166,36 +218,47 @@ def _assignment_synced(known: dict[str, _Known], event: events.GroupAssignmentSy
                 event.group_id,
                 event.generation_id,
                 f"generation {event.generation_id} of group {event.group_id} was given two different assignments",
+                _ids(earlier_id, event_id),
             )
         )
     return found
 
 
 def _resumes_at_commit(
-    commits: dict[tuple[str, str, int], int], event: events.PartitionsAssigned
+    commits: dict[tuple[str, str, int], Commit], event_id: str, event: events.PartitionsAssigned
 ) -> list[GroupViolation]:
     found = []
     rows = zip(event.topics, event.partitions, event.committed, event.offsets, strict=True)
     for topic, partition, fetched, start in rows:
-        last = commits.get((event.group_id, topic, partition))
-        if last is not None and fetched != last:
+        commit = commits.get((event.group_id, topic, partition))
+        last, last_id = commit if commit is not None else (NO_OFFSET, "")
+        if commit is not None and fetched != last:
             detail = f"was told the commit of {topic}-{partition} is {fetched}, but the last commit is {last}"
+            resume = last
         elif fetched >= 0 and start != fetched:
             detail = f"starts {topic}-{partition} at {start}, not at its committed offset {fetched}"
+            resume = fetched
         else:
             continue
+        # The offsets read again (it starts below where the group resumes) or skipped (above it).
+        first, end = min(start, resume), max(start, resume) - 1
         found.append(
             GroupViolation(
                 "resumes_at_commit",
                 event.group_id,
                 event.generation_id,
-                f"member {event.member_id} of group {event.group_id} {detail}",
+                f"member {event.member_id} of group {event.group_id} in generation {event.generation_id} {detail}",
+                _ids(event_id, last_id),
+                topic,
+                partition,
+                first if first <= end else NO_OFFSET,
+                end if first <= end else NO_OFFSET,
             )
         )
     return found
 
 
-def _offsets_committed(known: dict[str, _Known], event: events.OffsetsCommitted) -> list[GroupViolation]:
+def _offsets_committed(known: dict[str, _Known], event_id: str, event: events.OffsetsCommitted) -> list[GroupViolation]:
     group = known.get(event.group_id)
     if group is None:
         return []
@@ -208,6 +271,7 @@ def _offsets_committed(known: dict[str, _Known], event: events.OffsetsCommitted)
                     event.generation_id,
                     f"a commit with no generation was accepted while group {event.group_id} had "
                     f"{len(group.members)} members in generation {group.generation_id}",
+                    _ids(event_id, group.members_from),
                 )
             ]
         return []
@@ -219,6 +283,7 @@ def _offsets_committed(known: dict[str, _Known], event: events.OffsetsCommitted)
                 event.generation_id,
                 f"member {event.member_id} committed in generation {event.generation_id} of group {event.group_id} "
                 f"while generation {group.generation_id} was current",
+                _ids(event_id, group.members_from),
             )
         ]
     return []

@@ -13,7 +13,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from hightide.audit.findings import Finding
-from hightide.history.checks import commits, metadata
+from hightide.history.checks import commits, groups, metadata
 from hightide.history.checks.registry import all_checks
 from hightide.history.events import read_lake
 from hightide.history.findings import FINDINGS_SCHEMA, collect_findings
@@ -30,6 +30,7 @@ def run_audit(spark: SparkSession, lake: Path) -> list[Finding]:
     finally:
         commits.forget(events)
         metadata.forget(events)
+        groups.forget(events)
         events.unpersist()
 
 
