@@ -18,7 +18,8 @@ Roles (a deployment gives each process the credentials of exactly one):
 | `client`     | call the client APIs of brokers and the controller (produce, fetch, groups, producer ids);     |
 |              | read the event store; emit events as `producer`, `consumer` or `canary`                         |
 | `admin`      | what a client may, plus topic, partition, config, election, reassignment and group deletion     |
-|              | admin (Kafka's `kafka-topics.sh`, `kafka-reassign-partitions.sh`, ...)                          |
+|              | admin (Kafka's `kafka-topics.sh`, `kafka-reassign-partitions.sh`, ...); read (not write) the    |
+|              | metadata stream and the lease bucket (their stream info: replicas and leader)                  |
 
 Nobody may update, purge or delete a stream, or delete messages from one (that is the NATS operator's, with NATS's
 own system credentials). Requesters get their replies on `_INBOX.>`; the services that answer requests reply
@@ -171,7 +172,15 @@ def role_permissions(cluster_id: str) -> dict[Role, Permissions]:
             deny_publish=not_the_archivers,
         ),
         Role.ADMIN: Permissions(
-            publish=(*callers(Role.ADMIN), *_JS_GENERAL, *events_reader),
+            # An operator also reads (never writes) the metadata log and the lease bucket: their stream info shows
+            # each one's replicas and leader on a NATS cluster.
+            publish=(
+                *callers(Role.ADMIN),
+                *_JS_GENERAL,
+                *events_reader,
+                *_stream_reader(metadata),
+                *_stream_reader(kv_stream),
+            ),
             subscribe=(INBOX,),
             deny_publish=not_the_archivers,
         ),
