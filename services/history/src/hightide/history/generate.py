@@ -374,6 +374,19 @@ def _round(writer: _Writer, state: _Partition) -> None:
             },
         )
         follower.log_end_offset = end
+        # The follower's next fetch tells the leader its new LEO: what lets the leader advance the HW past it.
+        writer.emit(
+            "broker",
+            state.leader,
+            "FollowerStateUpdated",
+            {
+                **common,
+                "leader": state.leader,
+                "replica": broker,
+                "log_end_offset": end,
+                "last_caught_up_time_ms": writer.wall_ms,
+            },
+        )
     writer.emit(
         "broker",
         state.leader,
