@@ -115,11 +115,12 @@ def kafka_latency(bootstrap: str, topic: str, partitions: int, rate_per_s: int, 
     def consume() -> None:
         deadline = time.monotonic() + duration_s + DELIVERY_DEADLINE_S
         while len(latencies) < samples and not stop.is_set() and time.monotonic() < deadline:
-            for message in consumer.consume(num_messages=1000, timeout=POLL_S):
-                value = message.value() if message.error() is None else None
-                if value is not None:
-                    arrived = time.perf_counter_ns()
-                    latencies.append(arrived - _STAMP.unpack_from(value)[0])
+            # One record per poll, as soon as it is there (consume(n) would hold records back until n arrive).
+            message = consumer.poll(POLL_S)
+            value = None if message is None or message.error() is not None else message.value()
+            if value is not None:
+                arrived = time.perf_counter_ns()
+                latencies.append(arrived - _STAMP.unpack_from(value)[0])
 
     reader = threading.Thread(target=consume, name="bench-kafka-consumer", daemon=True)
     producer = Producer({**producer_config(bootstrap), "linger.ms": 0})
