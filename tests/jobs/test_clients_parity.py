@@ -94,3 +94,28 @@ def test_the_hand_written_stories_give_the_same_findings(spark: SparkSession, tm
     python, on_spark = both_audits(spark, all_stories(), tmp_path / "lake")
     assert on_spark == python
     assert {f.invariant for f in python if f.is_violation} == set(python_checks.CHECKS)
+
+
+# -- issue 12 (gaps) ----------------------------------------------------------------------------------------------
+
+RETAINED_AWAY_SEED = 82  # its producer's first batch is retried after retention removed the batch it duplicates
+
+
+def test_a_duplicate_after_retention_removed_the_producer_state_is_attributed(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Seed 82 (KIP-360's case): p1-0, the producer's first batch (sequence 0), is appended at offset 2 but its
+    answer is lost; the producer retries through leader changes while retention moves the log start to 21, so the
+    leader rebuilt its producer table from a log without that batch and appends the retry again at 33. Kafka's
+    idempotence holds only while the producer's state is retained: the duplicate is attributed, not a violation,
+    on both sides."""
+    python, on_spark = both_audits(spark, simulated(RETAINED_AWAY_SEED), tmp_path / "lake")
+    assert on_spark == python
+    assert [f for f in python if f.is_violation] == []
+    (duplicate,) = [f for f in python if f.invariant == "no_duplicates"]
+    assert (duplicate.records, duplicate.first_offset, duplicate.last_offset, duplicate.cause) == (
+        ("p1-0",),
+        2,
+        33,
+        "producer_state_retention",
+    )

@@ -17,7 +17,8 @@ Python repr of a collection).
 | records      | the client values of the records involved (sorted); () when the history names none             |
 | events       | the ids (`event_id`) of the events that show it (sorted)                                       |
 | cause        | "" for a violation; for a loss the audit explains, what explains it: acks1_leader_change,      |
-|              | unclean_election, last_known_leader_election or lossy_crashes                                   |
+|              | unclean_election, last_known_leader_election or lossy_crashes; for a duplicate Kafka allows,   |
+|              | producer_state_retention                                                                       |
 | detail       | one sentence a person can act on                                                              |
 
 A finding with a cause is an attributed loss: Kafka allows it under that cause, so it is reported but it is not a
@@ -36,7 +37,13 @@ NO_PARTITION: Final = -1
 NO_REPLICA: Final = -1
 NO_OFFSET: Final = -1
 LOSS_CAUSES: Final = frozenset(
-    {"acks1_leader_change", "unclean_election", "last_known_leader_election", "lossy_crashes"}
+    {
+        "acks1_leader_change",
+        "unclean_election",
+        "last_known_leader_election",
+        "lossy_crashes",
+        "producer_state_retention",  # issue 12 (gaps): a duplicate, not a loss (checks.clients.no_duplicates)
+    }
 )
 COLUMNS: Final = (
     "invariant",

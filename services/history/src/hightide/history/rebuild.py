@@ -28,6 +28,7 @@ PartitionChanged counts only when its partition epoch is above every one before 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -589,3 +590,133 @@ def states_at(lake_rows: DataFrame, instants: Sequence[int]) -> tuple[DataFrame,
     copies = lake_rows.join(F.broadcast(moments), F.col("wall_ms") <= F.col("instant"))
     scope = ("instant",)
     return final_states(rebuild_frames(ordered(copies, scope), scope), scope)
+
+
+# -- issue 12 (gaps): the offline replicas and the abandoned intents, as the plain rebuild lists them ---------------
+
+# The events a controller decides (`hightide.protocol.events.decision_stamp`: a controller epoch and a metadata
+# offset, other than a term's own ControllerElected and ControllerDeposed).
+STAMPED_TYPES: Final = tuple(
+    name
+    for name, event_class in ev.CATALOGUE.items()
+    if {"controller_epoch", "metadata_offset"} <= {f.name for f in dataclasses.fields(event_class)}
+    and event_class not in (ev.ControllerElected, ev.ControllerDeposed)
+)
+_STAMP_FIELDS: Final = T.StructType(
+    [T.StructField("controller_epoch", T.IntegerType(), True), T.StructField("metadata_offset", T.LongType(), True)]
+)
+ABANDONED_SCHEMA: Final = T.StructType(
+    [
+        T.StructField("service", T.StringType(), True),
+        T.StructField("emitter_id", T.IntegerType(), True),
+        T.StructField("incarnation", T.StringType(), True),
+        T.StructField("sequence", T.LongType(), True),
+        T.StructField("event_type", T.StringType(), True),
+        T.StructField("controller_epoch", T.IntegerType(), True),
+        T.StructField("metadata_offset", T.LongType(), True),
+        T.StructField("committed_below", T.LongType(), True),
+    ]
+)
+
+
+def abandoned_intents(events: DataFrame, scope: Scope = ()) -> DataFrame:
+    """`hightide.audit.rebuild.abandoned_intents`: every stamped decision at or past the offset from which its
+    controller epoch wrote nothing (the least takeover offset of a later epoch, or the offset its own fenced append
+    was refused at). Columns: `scope`, ABANDONED_SCHEMA's, `event_id` and the REPLICA_ORDER columns (history order)."""
+    controller = controller_events(events, scope)
+    kind = F.col("type")
+    takeovers = (
+        controller.where((kind == ev.ControllerElected.TYPE) & (F.col("metadata_offset") >= 0))
+        .groupBy(*scope, F.col("controller_epoch").alias("t_epoch"))
+        .agg(F.min("metadata_offset").alias("t_offset"))
+    )
+    fenced = (
+        controller.where(
+            (kind == ev.ControllerDeposed.TYPE) & (F.col("reason") == "append_fenced") & (F.col("metadata_offset") >= 0)
+        )
+        .groupBy(*scope, F.col("controller_epoch").alias("f_epoch"))
+        .agg(F.max_by(F.col("metadata_offset") + 1, F.struct(*REPLICA_ORDER)).alias("f_offset"))
+    )
+    stamp = F.from_json("payload", _STAMP_FIELDS)
+    decisions = (
+        events.where(F.col("type").isin(*STAMPED_TYPES))
+        .select(*scope, *REPLICA_ORDER, "incarnation", "sequence", "event_id", "type", stamp.alias("s"))
+        .select(
+            "*",
+            F.coalesce(F.col("s.controller_epoch"), F.lit(-1)).alias("controller_epoch"),
+            F.coalesce(F.col("s.metadata_offset"), F.lit(-1).cast("long")).alias("metadata_offset"),
+        )
+        .drop("s")
+        .where((F.col("controller_epoch") >= 0) & (F.col("metadata_offset") >= 0))
+    )
+    later = (F.col("t_epoch") > F.col("controller_epoch")) & _same_scope(scope, "_t_")
+    bounds = (
+        decisions.select(*scope, "event_id", "controller_epoch")
+        .join(takeovers.withColumnsRenamed({c: f"_t_{c}" for c in scope}), later)
+        .groupBy(*scope, "event_id")
+        .agg(F.min("t_offset").alias("next_takeover"))
+    )
+    fenced_own = (F.col("f_epoch") == F.col("controller_epoch")) & _same_scope(scope, "_f_")
+    return (
+        decisions.join(bounds, [*scope, "event_id"], "left")
+        .join(fenced.withColumnsRenamed({c: f"_f_{c}" for c in scope}), fenced_own, "left")
+        .withColumn("committed_below", F.least("next_takeover", "f_offset"))
+        .where(F.col("metadata_offset") >= F.col("committed_below"))
+        .select(
+            *scope,
+            *[
+                F.col(f.name if f.name != "event_type" else "type").cast(f.dataType).alias(f.name)
+                for f in ABANDONED_SCHEMA
+            ],
+            "event_id",
+            "position",
+        )
+    )
+
+
+def offline_replicas(events: DataFrame, scope: Scope = ()) -> DataFrame:
+    """`hightide.audit.rebuild.ClusterState.offline_replicas`: per partition, the replicas (sorted) whose last
+    ReplicaMarkedOffline in metadata order comes after every BrokerRegistered of their broker and after the start or
+    end of their topic's last life (which clear it). Columns: `scope`, topic, partition, replicas."""
+    kind = F.col("type")
+    ordered = metadata_order(events, scope).select(*scope, "event_id", "type", "topic", "partition", "metadata_order")
+    brokers = events.where(kind == ev.BrokerRegistered.TYPE).select(
+        *scope, "event_id", F.get_json_object("payload", "$.broker").cast("int").alias("broker")
+    )
+    marked = (
+        ordered.where(kind == ev.ReplicaMarkedOffline.TYPE)
+        .join(events.select(*scope, "event_id", "replica"), [*scope, "event_id"])
+        .groupBy(*scope, "topic", "partition", "replica")
+        .agg(F.max("metadata_order").alias("marked_at"))
+    )
+    registered = (
+        ordered.where(kind == ev.BrokerRegistered.TYPE)
+        .join(brokers, [*scope, "event_id"])
+        .groupBy(*scope, F.col("broker").alias("replica"))
+        .agg(F.max("metadata_order").alias("registered_at"))
+    )
+    lives = (
+        ordered.where(kind.isin(ev.TopicCreated.TYPE, ev.TopicDeleted.TYPE))
+        .groupBy(*scope, "topic")
+        .agg(F.max("metadata_order").alias("life_at"))
+    )
+    still = (
+        marked.join(registered, [*scope, "replica"], "left")
+        .join(lives, [*scope, "topic"], "left")
+        .where(
+            (F.col("registered_at").isNull() | (F.col("registered_at") < F.col("marked_at")))
+            & (F.col("life_at").isNull() | (F.col("life_at") < F.col("marked_at")))
+        )
+    )
+    return still.groupBy(*scope, "topic", "partition").agg(F.sort_array(F.collect_list("replica")).alias("replicas"))
+
+
+def listed_at(lake_rows: DataFrame, instants: Sequence[int]) -> tuple[DataFrame, DataFrame]:
+    """(`offline_replicas`, `abandoned_intents`) at every instant at once, as `states_at` folds states: each row
+    has an `instant` column. For tests and small lakes."""
+    spark = lake_rows.sparkSession
+    moments = spark.createDataFrame(
+        [(instant,) for instant in instants], T.StructType([T.StructField("instant", T.LongType(), False)])
+    )
+    copies = ordered(lake_rows.join(F.broadcast(moments), F.col("wall_ms") <= F.col("instant")), ("instant",))
+    return offline_replicas(copies, ("instant",)), abandoned_intents(copies, ("instant",))

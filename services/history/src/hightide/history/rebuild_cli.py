@@ -147,12 +147,54 @@ def state_at(spark: SparkSession, lake: Path, at_ms: int, topic: str | None, use
         )
     for partition in held.values():
         partition["replica_states"].sort(key=lambda replica: replica["replica"])
+    offline, abandoned = controller_lists(spark, lake, at_ms, topic)
+    for key, marked in offline.items():
+        partition = held.setdefault(key, {"topic": key[0], "partition": key[1], "replica_states": []})
+        partition["offline_replicas"] = marked
     return {
         "at_ms": at_ms,
         "snapshot_hour": rebuilt.snapshot_hour,
         "note": rebuilt.note,
         "partitions": [held[key] for key in sorted(held)],
+        "abandoned": abandoned,
     }
+
+
+# -- issue 12 (gaps): the lists the plain rebuild gives besides the state -------------------------------------------
+
+
+def controller_lists(
+    spark: SparkSession, lake: Path, at_ms: int, topic: str | None
+) -> tuple[dict[tuple[str, int], list[int]], list[dict[str, Any]]]:
+    """(each partition's replicas marked offline at `at_ms`, the controller decisions abandoned by then), as
+    `hightide.audit.rebuild` lists them. Both come from the controllers' events alone (few: no snapshot needed),
+    folded from the beginning up to the instant."""
+    from pyspark.sql import functions as F  # noqa: PLC0415 (Spark only when a command runs)
+
+    from hightide.history.rebuild import abandoned_intents, offline_replicas, ordered  # noqa: PLC0415
+    from hightide.history.snapshot import lake_files, read_rows  # noqa: PLC0415
+
+    parts = [part for hour, found in lake_files(lake).items() if hour <= at_ms // HOUR_MS for part in found]
+    rows = read_rows(spark, lake, parts).where((F.col("wall_ms") <= at_ms) & (F.col("service") == "controller"))
+    events = ordered(rows).cache()
+    offline = offline_replicas(events)
+    intents = abandoned_intents(events)
+    if topic is not None:
+        offline = offline.where(F.col("topic") == topic)
+    listed = {(row.topic, row.partition): list(row.replicas) for row in offline.collect()}
+    found = sorted(intents.collect(), key=lambda row: (row.service, row.emitter_id, row.position))
+    events.unpersist()
+    abandoned = [
+        {
+            "event_id": row.event_id,
+            "event_type": row.event_type,
+            "controller_epoch": row.controller_epoch,
+            "metadata_offset": row.metadata_offset,
+            "committed_below": row.committed_below,
+        }
+        for row in found
+    ]
+    return listed, abandoned
 
 
 def render(state: dict[str, Any]) -> str:
@@ -175,12 +217,20 @@ def render(state: dict[str, Any]) -> str:
             )
         else:
             lines.append(f"{name}  (no partition in the metadata: replicas left on disk)")
+        if partition.get("offline_replicas"):
+            lines.append(f"  offline replicas {partition['offline_replicas']} (marked by the controller)")
         for replica in partition["replica_states"]:
             epochs = " ".join(f"{epoch}@{start}" for epoch, start in replica["epoch_entries"]) or "-"
             lines.append(
                 f"  replica {replica['replica']}  LEO {replica['log_end_offset']}  HW {replica['high_watermark']}  "
                 f"log start {replica['log_start_offset']}  epochs {epochs}"
             )
+    for intent in state.get("abandoned", []):
+        lines.append(
+            f"abandoned intent {intent['event_id']} ({intent['event_type']}): controller epoch "
+            f"{intent['controller_epoch']} at metadata offset {intent['metadata_offset']}, never committed (its epoch "
+            f"wrote nothing from offset {intent['committed_below']})"
+        )
     return "\n".join(lines)
 
 

@@ -453,6 +453,7 @@ CAUSES: Final = {
     "unclean_election": "unclean election",
     "last_known_leader_election": "last-known-leader election",
     "lossy_crashes": "lossy crashes of at least min.insync.replicas replicas",
+    "producer_state_retention": "retried after retention removed its producer's state (duplicate)",
 }
 DASH: Final = "\u2013"  # an offset range's en dash
 MARKER_TEXT_MAX: Final = 30  # elections labelled on the chart when a partition has at most this many

@@ -365,9 +365,11 @@ def no_duplicates(history: History) -> Iterator[Finding]:
     acknowledged (ok SendCompleted) or read (RecordsConsumed) at one offset of its partition life only. One finding
     per value observed at more than one offset, naming the offsets' range and every observing event; seen after an
     unclean or last-known-leader election, it is attributed to that election (`LossyElections`). Values more than
-    one producer sent are left out (`shared_values`)."""
+    one producer sent are left out (`shared_values`). A value appended again by a leader whose log start had passed
+    its first offset is attributed to the producer state that retention removed (`RetainedAway`)."""
     lives = Lives(history)
     elections = LossyElections(history, lives)
+    retention = RetainedAway(history, lives)
     shared = shared_values(history, lives)
     by_value: dict[tuple[Life, str], list[Observation]] = defaultdict(list)
     for observation in observations(history, lives):
@@ -377,6 +379,8 @@ def no_duplicates(history: History) -> Iterator[Finding]:
         if len(offsets) < 2 or (life, value) in shared:
             continue
         cause = elections.cause(life, max(o.wall_ms for o in seen))
+        if cause == "" and retention.appended_past_start(life, min(offsets), offsets - {min(offsets)}):
+            cause = PRODUCER_STATE_RETAINED_AWAY
         topic, partition, _ = life
         yield finding(
             "no_duplicates",
@@ -389,6 +393,53 @@ def no_duplicates(history: History) -> Iterator[Finding]:
             cause=cause,
             detail=attributed(f"value {value} was observed at {len(offsets)} different offsets", cause),
         )
+
+
+# -- issue 12 (gaps): a duplicate after retention removed the producer's batches (KIP-360) --------------------------
+
+PRODUCER_STATE_RETAINED_AWAY: Final = "producer_state_retention"
+
+
+class RetainedAway:
+    """Which leader appends happened on a log whose start had already passed an offset.
+
+    Why D5 needs it: a leader's producer table is rebuilt from its log's batches (`hightide.core.producer_state`,
+    Kafka's ProducerStateManager loading from the log), so on a log whose start has passed a producer's batches its
+    state is gone, and a retry of its first batch (sequence 0) cannot be told from a new producer's: it is appended
+    again (KIP-360 accepts it; Kafka's idempotence holds only while the producer's state is retained). A value first
+    at offset f and again at a later offset that a leader appended after its own log start passed f (a
+    LogStartOffsetAdvanced of that replica above f, at or before the RecordsAppended) is attributed to that
+    (`producer_state_retention`), not reported as a violation, unless some replica truncated f away before that
+    append (a LogTruncated from above f to f or below): then the first copy may have been lost by the protocol,
+    not by retention (a leader elected without it), and the duplicate stays a violation."""
+
+    def __init__(self, history: History, lives: Lives) -> None:
+        self._starts: dict[tuple[Life, int], list[tuple[int, int]]] = defaultdict(list)
+        self._truncations: dict[Life, list[tuple[int, int, int]]] = defaultdict(list)  # wall_ms, to, LEO before
+        self._appends: dict[Life, list[tuple[int, int, int, int]]] = defaultdict(list)
+        for envelope, event in history.of_type(events.LogStartOffsetAdvanced):
+            life = lives.of(event.topic, event.partition, envelope.wall_ms)
+            self._starts[(life, event.replica)].append((envelope.wall_ms, event.log_start_offset))
+        for envelope, cut in history.of_type(events.LogTruncated):
+            life = lives.of(cut.topic, cut.partition, envelope.wall_ms)
+            self._truncations[life].append((envelope.wall_ms, cut.truncated_to, cut.log_end_offset_before))
+        for envelope, appended in history.of_type(events.RecordsAppended):
+            if appended.as_leader:
+                life = lives.of(appended.topic, appended.partition, envelope.wall_ms)
+                row = (envelope.wall_ms, appended.replica, appended.base_offset, appended.last_offset)
+                self._appends[life].append(row)
+
+    def appended_past_start(self, life: Life, first: int, later: set[int]) -> bool:
+        """Whether some offset of `later` was appended by a leader whose log start had passed `first` by then, with
+        no truncation of any replica's `first` before it."""
+        for wall_ms, replica, base, last in self._appends.get(life, ()):
+            if not any(base <= offset <= last for offset in later):
+                continue
+            passed = any(start > first and at <= wall_ms for at, start in self._starts.get((life, replica), ()))
+            cut = any(to <= first < before and at <= wall_ms for at, to, before in self._truncations.get(life, ()))
+            if passed and not cut:
+                return True
+        return False
 
 
 CHECKS: dict[str, Callable[[History], Iterable[Finding]]] = {

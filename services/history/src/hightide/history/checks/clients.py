@@ -14,7 +14,7 @@ from typing import Final
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from hightide.audit.checks.clients import LOSSY_ELECTIONS
+from hightide.audit.checks.clients import LOSSY_ELECTIONS, PRODUCER_STATE_RETAINED_AWAY
 from hightide.history.events import of_type, payload_schema
 from hightide.history.findings import finding_columns
 from hightide.protocol import events
@@ -312,10 +312,15 @@ def no_duplicates(events_frame: DataFrame) -> DataFrame:
         )
     )
     several = grouped.where(F.size("offsets") >= 2).join(shared_values(lived), [*LIFE, "value"], "left_anti")
-    duplicated = several.join(lossy_elections(lived), [*LIFE], "left")
+    duplicated = several.join(lossy_elections(lived), [*LIFE], "left").join(
+        retained_away(lived, several), [*LIFE, "value"], "left"
+    )
     count: Column = F.size("offsets")
     plain = F.format_string("value %s was observed at %d different offsets", F.col("value"), count)
-    cause = election_cause(F.col("seen_ms"))
+    by_election = election_cause(F.col("seen_ms"))
+    cause = F.when(
+        (by_election == "") & F.col("retained_away").isNotNull(), F.lit(PRODUCER_STATE_RETAINED_AWAY)
+    ).otherwise(by_election)
     return duplicated.select(
         *finding_columns(
             "no_duplicates",
@@ -328,6 +333,52 @@ def no_duplicates(events_frame: DataFrame) -> DataFrame:
             cause=cause,
             detail=attributed(plain, cause),
         )
+    )
+
+
+# -- issue 12 (gaps): a duplicate after retention removed the producer's batches (KIP-360) --------------------------
+
+
+def retained_away(lived: DataFrame, several: DataFrame) -> DataFrame:
+    """(topic, partition, life, value, retained_away) for the values of `several` (LIFE, value, offsets) appended
+    again, at a later offset, by a leader whose log start had passed their first offset, no replica having truncated
+    that offset away before: see
+    `hightide.audit.checks.clients.RetainedAway`."""
+    later = several.select(
+        *LIFE, "value", F.array_min("offsets").alias("first"), F.explode("offsets").alias("offset")
+    ).where(F.col("offset") != F.col("first"))
+    appended = (
+        typed(lived, events.RecordsAppended)
+        .where(F.col("as_leader"))
+        .select(*LIFE, "replica", F.col("wall_ms").alias("appended_ms"), "base_offset", "last_offset")
+    )
+    starts = typed(lived, events.LogStartOffsetAdvanced).select(
+        *LIFE, "replica", F.col("wall_ms").alias("advanced_ms"), "log_start_offset"
+    )
+    covering = (F.col("base_offset") <= F.col("offset")) & (F.col("offset") <= F.col("last_offset"))
+    passed = (F.col("log_start_offset") > F.col("first")) & (F.col("advanced_ms") <= F.col("appended_ms"))
+    candidates = (
+        later.join(appended, [*LIFE])
+        .where(covering)
+        .join(starts, [*LIFE, "replica"])
+        .where(passed)
+        .select(*LIFE, "value", "first", "appended_ms")
+        .distinct()
+    )
+    cuts = typed(lived, events.LogTruncated).select(
+        *LIFE, F.col("wall_ms").alias("cut_ms"), "truncated_to", "log_end_offset_before"
+    )
+    cut = (
+        (F.col("truncated_to") <= F.col("first"))
+        & (F.col("first") < F.col("log_end_offset_before"))
+        & (F.col("cut_ms") <= F.col("appended_ms"))
+    )
+    spoiled = candidates.join(cuts, [*LIFE]).where(cut).select(*LIFE, "value", "first", "appended_ms").distinct()
+    return (
+        candidates.join(spoiled, [*LIFE, "value", "first", "appended_ms"], "left_anti")
+        .select(*LIFE, "value")
+        .distinct()
+        .withColumn("retained_away", F.lit(True))
     )
 
 
