@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -23,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from hightide.client.commands import CREDENTIALS_ENV
 from hightide.client.local_cluster import free_port
 from support.cluster_cli import wait_for
 from support.containers import containers_enabled
@@ -33,6 +35,8 @@ pytestmark = [
 ]
 
 REPO = Path(__file__).resolve().parents[2]
+AUTH_DIR = REPO / ".hightide-compose" / "nats-auth"  # where docker-compose.yml reads the users and credentials
+SERVICE_UID = 10001  # the images' user
 COMPOSE_UP_TIMEOUT_S = 300
 TOPIC = "compose-verified"
 COUNT = 3000
@@ -60,7 +64,14 @@ class Stack:
         return f"{self.project}-{service}-1"
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.cli_command(*args), capture_output=True, text=True, timeout=timeout, check=False)
+        return subprocess.run(
+            self.cli_command(*args), capture_output=True, text=True, timeout=timeout, check=False, env=self.cli_env
+        )
+
+    @property
+    def cli_env(self) -> dict[str, str]:
+        """The host's commands run as the stack's operator: the admin role's credentials (issue 14's users)."""
+        return {**os.environ, CREDENTIALS_ENV: str(AUTH_DIR / "admin.creds")}
 
     def cli_command(self, *args: str) -> list[str]:
         common = ["--nats-url", self.nats_url, "--cluster-id", "local", "--data-dir", str(self.work)]
@@ -76,8 +87,29 @@ class Stack:
         return {}
 
 
+def make_users() -> None:
+    """The stack's NATS users, as OPERATIONS.md says to make them before the first `up`: `hightide nats-auth`, then
+    the files handed to the services' uid (they are 0600)."""
+    shutil.rmtree(AUTH_DIR, ignore_errors=True)
+    command = [
+        sys.executable,
+        "-m",
+        "hightide.client.cli",
+        "nats-auth",
+        "--out",
+        str(AUTH_DIR),
+        "--cluster-id",
+        "local",
+    ]
+    made = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert made.returncode == 0, made.stderr
+    for path in AUTH_DIR.iterdir():
+        os.chown(path, SERVICE_UID, SERVICE_UID)
+
+
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
+    make_users()
     running = Stack(tmp_path)
     try:
         up = running.compose("up", "--detach", "--wait", "--wait-timeout", str(COMPOSE_UP_TIMEOUT_S), timeout=400)
@@ -87,6 +119,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         logs = running.compose("logs", "--no-color", timeout=60)
         (tmp_path / "compose.log").write_text(logs.stdout + logs.stderr)
         down = running.compose("down", "--volumes", "--remove-orphans", "--timeout", "20", timeout=180)
+        shutil.rmtree(AUTH_DIR, ignore_errors=True)
         assert down.returncode == 0, down.stderr
 
 
@@ -100,7 +133,7 @@ def test_killing_the_leaders_broker_container_loses_no_acknowledged_record(stack
     command = stack.cli_command("produce", TOPIC, "--acks", "all", "--count", str(COUNT), "--rate", str(RATE))
     command.append("--print-acks")
     with open(stack.work / "producer.err", "w") as stderr:
-        producer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        producer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=stack.cli_env)
     acks: list[dict[str, Any]] = []
 
     def read() -> None:

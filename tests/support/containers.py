@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from hightide.client.local_cluster import NATS_MAX_PAYLOAD, ClusterError, LocalCluster, free_port
+from hightide.client.local_cluster import ClusterError, LocalCluster, free_port, nats_node_config
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 os.environ.setdefault("TESTCONTAINERS_CONNECTION_MODE", "docker_host")
@@ -183,20 +183,26 @@ class ContainerCluster(LocalCluster):
         _require_image(NATS_IMAGE)
         return super().up(**kwargs)
 
-    def _start_nats(self) -> tuple[str, int]:
+    def _start_nats(self, nodes: int, authorization: str, admin: Path) -> tuple[str, dict[str, int]]:
+        """One nats-server container with the cluster's users (`authorization`, as LocalCluster writes it); the
+        container suites run one NATS node (`--nats-nodes` is the process suites')."""
+        del admin  # the single node is ready once its port answers: no cluster to ask about
+        if nodes != 1:
+            raise ClusterError("the container suites run one NATS node")
         port = free_port()
         store = self.data_dir / "nats"
         store.mkdir(parents=True, exist_ok=True)
         conf = self.data_dir / "nats.conf"  # as LocalCluster writes it
         conf.write_text(
-            f'listen: 127.0.0.1:{port}\nmax_payload: {NATS_MAX_PAYLOAD}\njetstream {{\n  store_dir: "{store}"\n}}\n'
+            nats_node_config(node=1, client_ports=(port,), route_ports=(), store=store, authorization=authorization)
         )
+        conf.chmod(0o600)
         pid = self._run(NATS_IMAGE, "nats-server", [NATS_BINARY, "-c", str(conf)])
         try:
             _wait_port(port, lambda: _host_pid(self.containers["nats-server"]) > 0, "the nats container")
         except AssertionError as error:
             raise ClusterError(str(error)) from None
-        return f"nats://127.0.0.1:{port}", pid
+        return f"nats://127.0.0.1:{port}", {"1": pid}
 
     def restart_nats(self) -> None:
         """nats-server again in a new container with the cluster's own config: the same port, the same store."""
