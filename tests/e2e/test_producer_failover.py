@@ -35,6 +35,7 @@ from hightide.client.bench_failover import GOAL_SLACK_S, FailoverRun, measure_fa
 from hightide.client.connection import ClusterConnection
 from hightide.client.consumer import Consumer, ConsumerRecord
 from hightide.client.local_cluster import LocalCluster
+from hightide.protocol.permissions import Role
 from support.audited import assert_history_clean
 from support.cluster_cli import active_brokers, broker_states, hightide, wait_for
 
@@ -87,7 +88,9 @@ def test_the_longest_stall_after_kill_9_of_the_leader_is_at_most_the_election_ti
     async def main() -> tuple[FailoverRun, list[ConsumerRecord]]:
         state = cluster.read_state()
         assert state is not None
-        conn = await ClusterConnection.open(state.nats_url, state.cluster_id)
+        # As the operator: the run creates its topic (an admin API under the cluster's NATS users, issue 14).
+        admin = state.credentials_file(Role.ADMIN)
+        conn = await ClusterConnection.open(state.nats_url, state.cluster_id, credentials_file=admin)
         try:
             await Admin(conn).describe_cluster()
             run = await measure_failover(cluster, conn, "stall")
