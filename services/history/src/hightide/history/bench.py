@@ -6,12 +6,12 @@ generates each history straight into a lake (`hightide.history.generate`), then 
 snapshot job, and `rebuild --at` the last instant from the latest snapshot. It prints events per second, per core,
 and each size's cost per event against the first size's (1.0 is linear growth).
 Goal: >= 200,000 events/s per core, linear growth, `rebuild --at` from a snapshot under 10 s at any size.
-Measured at local[2] (2026-11-24, second session, load average 4-6 from other work, so slower than quiet):
-1M events: rebuild 62.8 s (7,962 events/s per core), audit 202.4 s (2,471), snapshots 69.5 s, rebuild --at from a
-snapshot 8.1 s; 4M: rebuild 783 s (cost per event x3.1: the epoch-cache fold in `rebuild._with_epochs` refolds every
-earlier operation per row), audit 391 s (x0.48: no longer super-linear since the commits group reads entries by
-stack depth and joins ranges by offset bucket), snapshots 354 s, rebuild --at 10.5 s. The goal is still far off:
-about 25x for the rebuild and 80x for the audit at 1M.
+Measured at local[2] (2026-11-24, third session, load average 4-8 from test runs beside it):
+1M events: rebuild 33.5 s (14,935 events/s per core), audit 113.0 s (4,427), snapshots 32.9 s, rebuild --at from
+a snapshot 4.4 s; 4M: rebuild 86.2 s (x0.64: linear since the epoch cache became its own timeline), audit 401.7 s
+(x0.89), snapshots 175.8 s (x1.34), rebuild --at 8.0 s. Before this session's generator fix every HW advance of a
+generated history was a finding, which the audit figures of earlier sessions included. The goal is still far off:
+about 13x for the rebuild and 45x for the audit at 1M.
 """
 
 from __future__ import annotations
