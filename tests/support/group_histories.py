@@ -19,7 +19,7 @@ from hightide.protocol.events import Event
 from simulation.groups import WALL0, GroupSimulation
 
 TOPIC = "t"
-BAD_COMMIT_SEED = 25  # the first seed at which the simulation catches a coordinator that accepts stale commits
+BAD_COMMIT_SEED = 20  # the first seed at which the simulation catches a coordinator that accepts stale commits
 
 
 @dataclass
