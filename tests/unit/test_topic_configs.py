@@ -186,3 +186,15 @@ def test_describe_shows_the_configs_set_on_the_topic_as_kafka_formats_them() -> 
     )
     assert topic_configs.describe({}) == ""
     assert topic_configs.describe({"some.future.config": "x"}) == "some.future.config=x"  # a newer controller's
+
+
+def test_append_and_subtract_of_a_list_config_start_from_the_override_else_the_default() -> None:
+    """IncrementalAlterConfigs' APPEND and SUBTRACT, as Kafka's ConfigAdminManager (the Kafka listener's rule)."""
+    assert topic_configs.list_after("cleanup.policy", None, "compact", append=True) == "delete,compact"
+    assert topic_configs.list_after("cleanup.policy", "compact", "compact, delete", append=True) == "compact,delete"
+    assert topic_configs.list_after("cleanup.policy", "delete,compact", "delete", append=False) == "compact"
+    assert topic_configs.list_after("cleanup.policy", None, "delete", append=False) == ""
+    with pytest.raises(topic_configs.InvalidTopicConfig, match=r"append is not allowed for config key: retention\.ms"):
+        topic_configs.list_after("retention.ms", None, "1", append=True)
+    with pytest.raises(topic_configs.InvalidTopicConfig, match="Unknown topic config name: nope"):
+        topic_configs.list_after("nope", None, "x", append=False)

@@ -334,6 +334,24 @@ def unclean_leader_election_enable(configs: Mapping[str, str], default: bool) ->
     return value if isinstance(value, bool) else default
 
 
+def list_after(name: str, current: str | None, given: str, *, append: bool) -> str:
+    """A list config after IncrementalAlterConfigs' APPEND (`append`) or SUBTRACT of the comma-separated `given`, as
+    Kafka's ConfigAdminManager: from the topic's override `current`, else the default; APPEND adds the items not yet
+    there, SUBTRACT removes them. InvalidTopicConfig (Kafka's message) for an unknown or non-list config."""
+    row = TOPIC_CONFIGS.get(name)
+    if row is None:
+        raise InvalidTopicConfig(f"Unknown topic config name: {name}")
+    if row.type is not ConfigType.LIST:
+        verb = "append" if append else "subtract"
+        raise InvalidTopicConfig(f"Config value {verb} is not allowed for config key: {name}")
+    text = current if current is not None else row.format(row.default)
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    wanted = [item.strip() for item in given.split(",") if item.strip()]
+    if append:
+        return ",".join([*items, *(item for item in wanted if item not in items)])
+    return ",".join(item for item in items if item not in wanted)
+
+
 def describe(configs: Mapping[str, str]) -> str:
     """The `Configs:` field of kafka-topics.sh --describe for the configs set on a topic: `name=value` joined by
     commas, by name, each value as Kafka's describeConfigs shows it (parsed, then ConfigDef.convertToString).

@@ -187,27 +187,14 @@ async def _alter_configs_body(
             set_configs[config.name] = config.value
             continue
         row = topic_configs.TOPIC_CONFIGS.get(config.name)
-        if row is None:
-            raise _Refused(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {config.name}")
-        if row.type is not topic_configs.ConfigType.LIST:
-            verb = "append" if op == "APPEND" else "subtract"
-            raise _Refused(
-                ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {config.name}"
+        if current is None and row is not None and row.type is topic_configs.ConfigType.LIST:
+            current = await _topic_overrides(listener, topic)  # what APPEND and SUBTRACT start from
+        try:
+            set_configs[config.name] = topic_configs.list_after(
+                config.name, (current or {}).get(config.name), config.value, append=op == "APPEND"
             )
-        if current is None:
-            current = await _topic_overrides(listener, topic)
-        text = current.get(config.name)
-        items = (
-            [i.strip() for i in text.split(",") if i.strip()]
-            if text is not None
-            else list(row.format(row.default).split(","))
-        )
-        given = [i.strip() for i in config.value.split(",") if i.strip()]
-        if op == "APPEND":
-            items += [i for i in given if i not in items]
-        else:
-            items = [i for i in items if i not in given]
-        set_configs[config.name] = ",".join(items)
+        except topic_configs.InvalidTopicConfig as error:
+            raise _Refused(ErrorCode.INVALID_CONFIG, error.message) from None
     return wire.AlterConfigsRequest(
         topic=topic, set_configs=set_configs, delete_configs=tuple(delete_configs), validate_only=validate_only
     )
