@@ -43,6 +43,14 @@ def _common_options() -> argparse.ArgumentParser:
     common.add_argument("--nats-url", default=None, help="NATS server URL (else HIGHTIDE_NATS_URL, cluster.json)")
     common.add_argument("--cluster-id", default=None, help="cluster id scoping subjects and streams (default local)")
     common.add_argument("--data-dir", type=Path, default=Path(".hightide"), help="local data dir (./.hightide)")
+    common.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="nats.* settings for reaching NATS (nats.credentials.file=FILE, nats.tls.ca.file=...); on topic create "
+        "and alter also topic configs, on cluster up the brokers' configs",
+    )
     return common
 
 
@@ -106,7 +114,6 @@ def _cluster_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     up = cluster.add_parser("up", parents=[common], help="start nats-server, controllers and brokers")
     up.add_argument("--brokers", type=int, default=3)
     up.add_argument("--controllers", type=int, default=1)
-    up.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     up.add_argument("--detach", action="store_true", help="return once the cluster is ready")
     up.add_argument("--timeout", type=_positive, default=60.0, help="seconds to wait for readiness")
     up.add_argument("--canary", action="store_true", help="also run `hightide canary` on it (issue 13)")
@@ -136,7 +143,6 @@ def _topic_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     create.add_argument("name")
     create.add_argument("--partitions", type=int, default=-1)
     create.add_argument("--replication-factor", type=int, default=-1)
-    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     create.set_defaults(run=commands.topic_create)
     describe = topic.add_parser("describe", parents=[common])
     describe.add_argument("names", nargs="*")
@@ -148,7 +154,6 @@ def _topic_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     alter = topic.add_parser("alter", parents=[common])
     alter.add_argument("name")
     alter.add_argument("--partitions", type=int, default=None)
-    alter.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     alter.set_defaults(run=commands.topic_alter)
     delete = topic.add_parser("delete", parents=[common])
     delete.add_argument("name")
@@ -260,6 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(json=False, level="warning")
     name = " ".join(filter(None, [args.command, getattr(args, "action", None)]))
     try:
+        commands.check_configs(args)
         if args.command == "bench":
             return _run_bench(args)
         result: int = args.run(args)

@@ -31,7 +31,7 @@ from hightide.protocol.errors import ErrorCode, HightideError
 from hightide.protocol.permissions import Role
 from hightide.runtime.events import EventSink
 from hightide.runtime.logging import get_logger
-from hightide.runtime.nats import NatsUnavailable
+from hightide.runtime.nats import NATS_CONFIG_NAMES, NatsSettings, NatsUnavailable, nats_settings
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -52,7 +52,12 @@ def cluster_address(args: argparse.Namespace) -> tuple[str, str]:
         state = LocalCluster(args.data_dir).read_state()
     except ClusterError:
         state = None
-    url = args.nats_url or os.environ.get("HIGHTIDE_NATS_URL") or (state.nats_url if state else DEFAULT_NATS_URL)
+    url = (
+        args.nats_url
+        or nats_config(args).get("nats.url")
+        or os.environ.get("HIGHTIDE_NATS_URL")
+        or (state.nats_url if state else DEFAULT_NATS_URL)
+    )
     cluster_id = args.cluster_id or os.environ.get("HIGHTIDE_CLUSTER_ID") or (state.cluster_id if state else "local")
     return url, cluster_id
 
@@ -71,9 +76,63 @@ def command_role(args: argparse.Namespace) -> Role:
     return Role.ADMIN if command in ADMIN_COMMANDS or top in ADMIN_COMMANDS else Role.CLIENT
 
 
+# `--config KEY=VALUE` on a command: its `nats.*` keys are how the command reaches NATS (CONTRACT.md: "or takes
+# --config nats.credentials.file=FILE"). Only these commands also take other keys: topic configs (topic create and
+# alter, as kafka-topics.sh's --config) and the brokers' configs (cluster up).
+TAKES_OTHER_CONFIGS: Final = frozenset({"cluster up", "topic create", "topic alter"})
+
+
+def nats_config(args: argparse.Namespace) -> dict[str, str]:
+    """The `nats.*` settings among the command's `--config` items (an unknown `nats.*` name is a usage error)."""
+    settings = {key: value for key, value in _key_values(getattr(args, "config", None)).items() if _is_nats(key)}
+    unknown = sorted(set(settings) - set(NATS_CONFIG_NAMES))
+    if unknown:
+        raise UsageError(f"unknown NATS setting {', '.join(unknown)} (known: {', '.join(NATS_CONFIG_NAMES)})")
+    return settings
+
+
+def other_configs(args: argparse.Namespace) -> dict[str, str]:
+    """The `--config` items that are not `nats.*` settings: topic configs on topic create and alter."""
+    return {key: value for key, value in _key_values(args.config).items() if not _is_nats(key)}
+
+
+def check_configs(args: argparse.Namespace) -> None:
+    """Refuse, before anything is done, a `--config` key the command has no use for."""
+    nats_config(args)
+    command = " ".join(str(part) for part in (getattr(args, "command", None), getattr(args, "action", None)) if part)
+    if command not in TAKES_OTHER_CONFIGS:
+        others = sorted(key for key in _key_values(getattr(args, "config", None)) if not _is_nats(key))
+        if others:
+            raise UsageError(
+                f"--config {others[0]}: this command takes only the NATS settings ({', '.join(NATS_CONFIG_NAMES)})"
+            )
+
+
+def _is_nats(key: str) -> bool:
+    return key.startswith("nats.")
+
+
+def command_nats_settings(
+    args: argparse.Namespace, role: Role | None = None, *, name: str = "hightide-client"
+) -> NatsSettings:
+    """How a command reaches NATS: the URL by CONTRACT.md's order, its `--config nats.*` settings (TLS, a user or a
+    token), and the credentials `nats_credentials` finds, unless a user or token was given instead."""
+    url, _ = cluster_address(args)
+    props = nats_config(args)
+    if "nats.credentials.file" not in props and not {"nats.user", "nats.token"} & set(props):
+        credentials = nats_credentials(args, role)
+        if credentials is not None:
+            props["nats.credentials.file"] = str(credentials)
+    return nats_settings(props, url=url, name=name)
+
+
 def nats_credentials(args: argparse.Namespace, role: Role | None = None) -> Path | None:
-    """The credentials file a command connects with: HIGHTIDE_NATS_CREDENTIALS, else, on the local cluster of
-    `--data-dir` (when the command talks to its NATS), that cluster's file for the command's role."""
+    """The credentials file a command connects with: `--config nats.credentials.file=FILE`, else
+    HIGHTIDE_NATS_CREDENTIALS, else, on the local cluster of `--data-dir` (when the command talks to its NATS), that
+    cluster's file for the command's role."""
+    given = nats_config(args).get("nats.credentials.file")
+    if given:
+        return Path(given)
     explicit = os.environ.get(CREDENTIALS_ENV)
     if explicit:
         return Path(explicit)
@@ -89,7 +148,7 @@ def nats_credentials(args: argparse.Namespace, role: Role | None = None) -> Path
 
 async def _connect(args: argparse.Namespace, role: Role | None = None) -> ClusterConnection:
     url, cluster_id = cluster_address(args)
-    return await ClusterConnection.open(url, cluster_id, credentials_file=nats_credentials(args, role))
+    return await ClusterConnection.open(url, cluster_id, settings=command_nats_settings(args, role))
 
 
 def _key_values(items: Sequence[str] | None) -> dict[str, str]:
@@ -182,7 +241,7 @@ def cluster_down(args: argparse.Namespace) -> int:
 def cluster_status(args: argparse.Namespace) -> int:
     cluster = LocalCluster(args.data_dir)
     url, cluster_id = cluster_address(args)
-    status = asyncio.run(_describe(url, cluster_id, nats_credentials(args, Role.CLIENT)))
+    status = asyncio.run(_describe(url, cluster_id, settings=command_nats_settings(args, Role.CLIENT)))
     if args.json:
         state = cluster.read_state()
         body: dict[str, Any] = state.to_json() if state else {"nats_url": url, "cluster_id": cluster_id}
@@ -201,10 +260,12 @@ DESCRIBE_ATTEMPTS = 5
 DESCRIBE_ATTEMPT_TIMEOUT_S = 1.0
 
 
-async def _describe(url: str, cluster_id: str, credentials: Path | None = None) -> wire.DescribeClusterResponse:
+async def _describe(
+    url: str, cluster_id: str, credentials: Path | None = None, *, settings: NatsSettings | None = None
+) -> wire.DescribeClusterResponse:
     """Ask the controllers' queue group, a few short tries: a paused or dying controller still in the group takes
     some requests and answers none, and must not cost the whole command (the next try reaches another member)."""
-    conn = await ClusterConnection.open(url, cluster_id, credentials_file=credentials)
+    conn = await ClusterConnection.open(url, cluster_id, credentials_file=credentials, settings=settings)
     try:
         for attempt in range(DESCRIBE_ATTEMPTS):
             try:
@@ -296,7 +357,7 @@ async def _admin_call(args: argparse.Namespace, action: Any) -> int:
 
 
 def topic_create(args: argparse.Namespace) -> int:
-    configs = _key_values(args.config)
+    configs = other_configs(args)
 
     async def action(admin: Admin, _conn: ClusterConnection) -> int:
         result = await admin.create_topic(args.name, args.partitions, args.replication_factor, configs)
@@ -340,9 +401,9 @@ def topic_list(args: argparse.Namespace) -> int:
 def topic_alter(args: argparse.Namespace) -> int:
     """--partitions P grows the topic; --config k=v sets a topic config and --config k= removes it (the broker
     default applies again), as kafka-configs.sh --add-config / --delete-config."""
-    if args.partitions is None and not args.config:
+    changes = other_configs(args)
+    if args.partitions is None and not changes:
         raise UsageError("nothing to alter: give --partitions and/or --config key=value")
-    changes = _key_values(args.config)
     set_configs = {k: v for k, v in changes.items() if v != ""}
     delete_configs = tuple(k for k, v in changes.items() if v == "")
 

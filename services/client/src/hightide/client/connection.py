@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -102,16 +103,22 @@ class ClusterConnection:
 
     @classmethod
     async def open(
-        cls, nats_url: str, cluster_id: str, *, credentials_file: Path | None = None, **kwargs: Any
+        cls,
+        nats_url: str,
+        cluster_id: str,
+        *,
+        credentials_file: Path | None = None,
+        settings: NatsSettings | None = None,
+        **kwargs: Any,
     ) -> ClusterConnection:
-        """Connect to NATS at `nats_url`, as the user of `credentials_file` (`nats.credentials.file`) when given."""
+        """Connect to NATS at `nats_url`, as the user of `credentials_file` (`nats.credentials.file`) when given, or
+        with every `nats.*` setting of `settings` (its url and credentials then win over the arguments)."""
         # Reconnect for as long as the caller waits (as a Kafka client does): every request has its own timeout and
         # the producer its delivery.timeout.ms, so a client outlives a NATS restart instead of closing for good after
         # a few refused attempts, and its event relay can still deliver afterwards.
-        settings = NatsSettings(
-            url=nats_url, credentials_file=credentials_file, name="hightide-client", max_reconnect_attempts=-1
-        )
-        nc = await connect(settings)
+        if settings is None:
+            settings = NatsSettings(url=nats_url, credentials_file=credentials_file, name="hightide-client")
+        nc = await connect(dataclasses.replace(settings, max_reconnect_attempts=-1))
         return cls(nc, cluster_id, **kwargs)
 
     async def close(self) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -32,7 +33,7 @@ from nats.aio.client import Client
 from nats.js import api
 from nats.js.errors import NotFoundError
 
-from hightide.client.commands import UsageError, cluster_address, nats_credentials
+from hightide.client.commands import UsageError, cluster_address, command_nats_settings
 from hightide.protocol.envelope import Envelope, decode_envelopes, to_plain
 from hightide.protocol.events import CATALOGUE, InvalidEvent, field_hints
 from hightide.protocol.permissions import Role
@@ -75,12 +76,12 @@ def add_events_commands(subparsers: Any, common: argparse.ArgumentParser) -> Non
 
 def events_tail(args: argparse.Namespace) -> int:
     wanted = _wanted_types(args.type)
-    url, cluster_id = cluster_address(args)
+    _url, cluster_id = cluster_address(args)
     line_of = _json_line if args.format == "json" else _text_line
     printer = _Printer(sys.stdout, wanted, line_of)
     try:
-        credentials = nats_credentials(args, Role.CLIENT)
-        return asyncio.run(_tail_until_signal(url, cluster_id, printer, follow=args.follow, credentials=credentials))
+        settings = command_nats_settings(args, Role.CLIENT, name="hightide-events-tail")
+        return asyncio.run(_tail_until_signal(settings, cluster_id, printer, follow=args.follow))
     except BrokenPipeError:
         # `hightide events tail | head`: the reader has gone, which is not a failure. Point stdout at /dev/null
         # so the interpreter's last flush does not complain either.
@@ -95,11 +96,9 @@ def _wanted_types(types: list[str]) -> frozenset[str] | None:
     return frozenset(types) or None
 
 
-async def _tail_until_signal(
-    url: str, cluster_id: str, printer: _Printer, *, follow: bool, credentials: Path | None = None
-) -> int:
+async def _tail_until_signal(settings: NatsSettings, cluster_id: str, printer: _Printer, *, follow: bool) -> int:
     """Run the reader until it is done (without --follow) or SIGINT/SIGTERM arrives, then close NATS."""
-    nc = await connect(NatsSettings(url=url, credentials_file=credentials, name="hightide-events-tail"))
+    nc = await connect(settings)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -254,17 +253,15 @@ def _json_line(envelope: Envelope, stream_seq: int) -> str:
 
 
 def events_export(args: argparse.Namespace) -> int:
-    url, cluster_id = cluster_address(args)
-    return asyncio.run(_export(url, cluster_id, args.lake, nats_credentials(args, Role.CLIENT)))
+    _url, cluster_id = cluster_address(args)
+    settings = command_nats_settings(args, Role.CLIENT, name="hightide-events-export")
+    return asyncio.run(_export(dataclasses.replace(settings, max_reconnect_attempts=10), cluster_id, args.lake))
 
 
-async def _export(url: str, cluster_id: str, lake: Path, credentials: Path | None = None) -> int:
+async def _export(settings: NatsSettings, cluster_id: str, lake: Path) -> int:
     # Imported here: the lake brings pyarrow, which no other command needs at start-up.
     from hightide.lake import LakeError, export_once  # noqa: PLC0415
 
-    settings = NatsSettings(
-        url=url, credentials_file=credentials, name="hightide-events-export", max_reconnect_attempts=10
-    )
     nc = await connect(settings)
     try:
         summary = await export_once(nc, cluster_id, lake, log=get_logger("hightide.events.export"))
