@@ -93,7 +93,7 @@ def the_history(cluster_id: str) -> list[list[Envelope]]:
         ],
         [
             envelope(CONTROLLER_1, 0, ControllerElected(
-                controller=1, controller_epoch=1, metadata_offset=1,
+                controller=1, controller_epoch=1, metadata_offset=1, min_insync_replicas=2,
             ), cluster_id),
             envelope(CONTROLLER_1, 1, TopicCreated(
                 topic="demo", topic_id="Zx1", partitions=1, replication_factor=1,
@@ -115,7 +115,7 @@ def the_history(cluster_id: str) -> list[list[Envelope]]:
 TEXT = """\
 2023-11-14T22:13:20.123Z broker-1 3f2a9c1d #0 BrokerRegistered broker=1 broker_epoch=7 previous_broker_epoch=-1 fenced=true controller_epoch=1 metadata_offset=1
 2023-11-14T22:13:20.124Z broker-1 3f2a9c1d #1 RecordsAppended topic=demo partition=0 replica=1 leader_epoch=0 base_offset=0 last_offset=2 record_count=3 size_bytes=120 log_end_offset=3 as_leader=true
-2023-11-14T22:13:20.123Z controller-1 9e8d7c6b #0 ControllerElected controller=1 controller_epoch=1 metadata_offset=1
+2023-11-14T22:13:20.123Z controller-1 9e8d7c6b #0 ControllerElected controller=1 controller_epoch=1 metadata_offset=1 min_insync_replicas=2
 2023-11-14T22:13:20.124Z controller-1 9e8d7c6b #1 TopicCreated topic=demo topic_id=Zx1 partitions=1 replication_factor=1 configs=[["cleanup.policy","delete"],["x","a b"]] controller_epoch=1 metadata_offset=2
 2023-11-14T22:13:20.125Z controller-1 9e8d7c6b #2 PartitionChanged topic=demo partition=0 replicas=[1] isr=[1] elr=[] last_known_elr=[] leader=1 leader_epoch=0 partition_epoch=0 reason=created controller_epoch=1 metadata_offset=2
 2023-11-14T22:13:20.125Z broker-1 3f2a9c1d #2 HighWatermarkAdvanced topic=demo partition=0 replica=1 leader_epoch=0 previous=0 high_watermark=3

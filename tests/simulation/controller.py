@@ -97,11 +97,7 @@ class SimController:
     def _takeover(self) -> ControllerElected:
         """The takeover batch (an empty one, as the shell appends), and the ControllerElected that names it."""
         self.metadata_batches += 1
-        return ControllerElected(
-            controller=self.active_controller,
-            controller_epoch=self.controller_epoch,
-            metadata_offset=self.metadata_batches,
-        )
+        return self.control.elected(self.active_controller, self.controller_epoch, self.metadata_batches)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 

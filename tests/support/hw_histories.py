@@ -7,6 +7,7 @@ together (the parity test does). `Broker` numbers a broker's events and hands ou
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from hightide.audit.findings import envelope_id
@@ -301,6 +302,26 @@ def hw_below_min_isr() -> Scenario:
     return Scenario(controller + one.envelopes, ids)
 
 
+def hw_below_cluster_min_isr() -> Scenario:
+    """In a cluster of its own ("strict"), the controller takes over with min.insync.replicas=2 as its own default
+    (ControllerElected names it); topic c2default sets none, so 2 applies to it. Leader 1's shrink to ISR 1
+    completes; it advances its HW from 2 to 4."""
+    one = Broker(1, "c2default")
+    controller = controller_events(
+        "c2default",
+        events.ControllerElected(controller=100, controller_epoch=1, metadata_offset=0, min_insync_replicas=2),
+        topic_created("c2default"),
+    )
+    ids = {"leader": one.became_leader(1, (1, 2))}
+    one.appended(0, 4)
+    one.follower_at(2, 2)
+    ids["to2"] = one.hw_advanced(0, 2)
+    ids["proposed"] = one.isr_proposed((1, 2), (1,), "shrink")
+    ids["completed"] = one.isr_completed((1,), change="shrink")
+    ids["to4"] = one.hw_advanced(2, 4)
+    return Scenario([dataclasses.replace(e, cluster_id="strict") for e in controller + one.envelopes], ids)
+
+
 def isr_shrunk_unasked() -> Scenario:
     """Leader 1 of epoch 1 (ISR 1, 2, 3) with follower 2 at LEO 4 and follower 3 at LEO 2 "completes" a shrink to
     1, 2 that it never proposed (the controller never heard of it), then advances its HW from 0 to 4."""
@@ -377,6 +398,7 @@ VIOLATING = (
     leader_hw_goes_down,
     hw_past_lagging_member,
     hw_below_min_isr,
+    hw_below_cluster_min_isr,
     isr_shrunk_unasked,
     hw_on_pending_expansion_below_min_isr,
     followers_forgotten,

@@ -9,11 +9,14 @@ history and one clean one; the clean ones walk every rule that could be mistaken
 
 from __future__ import annotations
 
+import dataclasses
+
 from hightide.audit.checks.high_watermark import (
     CHECKS,
     HW_ADVANCE_GUARDED,
     HW_WITHIN_LOG,
     LEADER_HW_MONOTONIC,
+    cluster_min_insync_replicas,
     hw_advance_guarded,
     hw_within_log,
     leader_hw_monotonic,
@@ -153,6 +156,53 @@ def test_an_advance_with_the_maximal_isr_below_min_insync_replicas_is_found() ->
     ]
 
 
+def test_the_controllers_default_min_insync_replicas_guards_a_topic_that_sets_none() -> None:
+    """Given a controller whose own min.insync.replicas is 2 (its ControllerElected says so) and topic c2default
+    created without the config, when leader 1's shrink to ISR 1 completes and it advances its HW from 2 to 4, then
+    the finding names offsets 2..3 against min.insync.replicas 2, as for a topic that sets 2 itself."""
+    scenario = hw_histories.hw_below_cluster_min_isr()
+    ids = scenario.ids
+
+    found = sorted(hw_advance_guarded(History.of(scenario.history)))
+
+    assert found == [
+        finding(
+            HW_ADVANCE_GUARDED,
+            topic="c2default",
+            partition=0,
+            replica=1,
+            first_offset=2,
+            last_offset=3,
+            events=[ids["to4"], ids["completed"]],
+            detail="leader 1 of epoch 1 advanced the HW from 2 to 4 with ISR [1], below min.insync.replicas 2",
+        )
+    ]
+
+
+def test_the_least_default_of_the_clusters_controllers_counts_and_only_in_its_own_cluster() -> None:
+    """Given controllers of cluster "test" naming defaults 3, then 2, then -1 (an event from before version 3),
+    and one of another cluster naming 1, then "test"'s default is 2 and the other's 1; a topic of "test" created
+    without the config gets 2, one altered to 3 then removed gets 2 too."""
+
+    def elected(epoch: int, min_isr: int) -> events.ControllerElected:
+        return events.ControllerElected(controller=1, controller_epoch=epoch, min_insync_replicas=min_isr)
+
+    ours = controller_events(
+        "d",
+        elected(1, 3),
+        elected(2, 2),
+        elected(3, -1),
+        topic_created("plain"),
+        topic_created("removed", (("min.insync.replicas", "3"),)),
+        events.TopicConfigsAltered(topic="removed", configs=(("min.insync.replicas", None),)),
+    )
+    theirs = [dataclasses.replace(envelope, cluster_id="other") for envelope in controller_events("o", elected(1, 1))]
+    history = History.of([*ours, *theirs])
+
+    assert cluster_min_insync_replicas(history) == {"test": 2, "other": 1}
+    assert topic_min_insync_replicas(history) == {"plain": 2, "removed": 2}
+
+
 def test_a_pending_expansion_does_not_make_the_isr_big_enough() -> None:
     """Given topic c2grow with min.insync.replicas 2 and leader 1 alone in its ISR, when it proposes adding 2 and
     advances its HW from 0 to 4 (2 at LEO 4) before the controller commits the change, then the finding names
@@ -251,5 +301,5 @@ def test_the_three_checks_are_registered_under_their_names() -> None:
     every = History.of(hw_histories.every_scenario())
     found: list[Finding] = [f for check in CHECKS.values() for f in check(every)]
     assert set(CHECKS) == {HW_WITHIN_LOG, LEADER_HW_MONOTONIC, HW_ADVANCE_GUARDED}
-    violating = {"b1", "c1", "c2", "c2min", "c2alone", "c2grow", "c2forgot"}
+    violating = {"b1", "c1", "c2", "c2min", "c2default", "c2alone", "c2grow", "c2forgot"}
     assert {f.topic for f in found} == violating  # the violating scenarios, and only they

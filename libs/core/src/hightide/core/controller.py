@@ -253,6 +253,16 @@ class ReplicationControl:
     def image(self) -> MetadataImage:
         return self._image
 
+    def elected(self, controller: int, controller_epoch: int, metadata_offset: int) -> events.ControllerElected:
+        """The event of this controller's takeover at `metadata_offset`, naming the min.insync.replicas it gives
+        every topic without its own (the audit's default for them)."""
+        return events.ControllerElected(
+            controller=controller,
+            controller_epoch=controller_epoch,
+            metadata_offset=metadata_offset,
+            min_insync_replicas=self.config.min_insync_replicas,
+        )
+
     @property
     def sessions(self) -> Mapping[int, BrokerSession]:
         return self._sessions.view

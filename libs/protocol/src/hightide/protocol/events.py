@@ -650,14 +650,17 @@ class ControllerElected(Event):
     """A controller won the lease and fenced its predecessors with a higher controller epoch. `metadata_offset` is
     where its takeover batch landed in the metadata log: the log's end offset when it took over (KRaft's leader
     writes a LeaderChange record first for the same reason). A decision of an earlier controller epoch at that
-    offset or after it never committed."""
+    offset or after it never committed. `min_insync_replicas` is the controller's own `min.insync.replicas`, which
+    every topic that does not set it gets in its partition records (-1 where an event from before version 3 does not
+    say), so the audit can hold HW advances to the cluster's default and not only to topic overrides."""
 
-    VERSION: ClassVar[int] = 2
-    FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("metadata_offset",)}
+    VERSION: ClassVar[int] = 3
+    FIELDS_ADDED: ClassVar[Mapping[int, tuple[str, ...]]] = {2: ("metadata_offset",), 3: ("min_insync_replicas",)}
 
     controller: Int32
     controller_epoch: Int32
     metadata_offset: Int64 = NO_METADATA_OFFSET
+    min_insync_replicas: Int32 = -1
 
 
 @catalogued

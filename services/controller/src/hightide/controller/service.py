@@ -42,7 +42,7 @@ from hightide.core.metadata_image import MetadataImage, TopicPartition
 from hightide.core.replica_manager import broker_metadata
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode, HightideError
-from hightide.protocol.events import ControllerDeposed, ControllerElected, LeaderElected
+from hightide.protocol.events import ControllerDeposed, LeaderElected
 from hightide.protocol.metadata import MetadataBatch
 from hightide.protocol.subjects import CONTROLLER_QUEUE, ControllerApi, api_of, controller_api_wildcard
 from hightide.runtime.events import EventSink
@@ -174,10 +174,7 @@ class ControllerService:
         takeover = await self._append(MetadataBatch(lease.controller_id, lease.controller_epoch, ()))
         self.control = ReplicationControl(self.settings.config, self.image)
         self._next_rebalance = time.monotonic() + self.settings.config.leader_imbalance_check_interval_seconds
-        elected = ControllerElected(
-            controller=lease.controller_id, controller_epoch=lease.controller_epoch, metadata_offset=takeover
-        )
-        self.events.emit(elected)
+        self.events.emit(self.control.elected(lease.controller_id, lease.controller_epoch, takeover))
         self.events.flush()
         self.log.info(
             "controller_active", controller_epoch=lease.controller_epoch, metadata_sequence=self.last_sequence

@@ -41,13 +41,15 @@ In a tenure, as `hightide.core.partition` does (Kafka's Partition.scala):
   gate, count `partitionState.isr`): a pending expansion does not make an ISR big enough, though every member
   of the maximal ISR must hold the records.
 
-The topic's value is the least that any TopicCreated or TopicConfigsAltered of that topic name in the history
-set, committed or not (an abandoned intent can only lower the bound). A TopicCreated without it, a config removed,
-or a value that is not a whole number >= 1 counts as the default, 1 (the `min.insync.replicas` row of
-`hightide.core.topic_configs`). A broker applies a config change when its metadata reaches it, which its own
-events do not order, so the least value is the one rule that never flags a legitimate advance. The broker's own
-default (`min.insync.replicas` in server.properties) is not in the history: a cluster run with a higher default
-is audited against 1.
+The topic's value is the least that any TopicCreated or TopicConfigsAltered of that topic name in the history set,
+committed or not (an abandoned intent can only lower the bound). A TopicCreated without it, a config removed, or a
+value that is not a whole number >= 1 counts as the cluster's default: the least `min_insync_replicas` that a
+ControllerElected of that cluster (the envelope's cluster id) names (the controller's own `min.insync.replicas`,
+which it writes into the partition records of every topic without one), or Kafka's default, 1 (the
+`min.insync.replicas` row of `hightide.core.topic_configs`), where no ControllerElected says (events from before its
+version 3). A broker applies a config change when its metadata reaches it, which its own events do not order, and
+controllers with different defaults may take turns, so the least value is the one rule that never flags a legitimate
+advance.
 """
 
 from __future__ import annotations
@@ -279,8 +281,10 @@ def hw_advance_guarded(history: History) -> Iterator[Finding]:
     (offsets
     previous .. h - 1) and one per member behind (offsets max(previous, its LEO) .. h - 1)."""
     min_isr = topic_min_insync_replicas(history)
+    defaults = cluster_min_insync_replicas(history)
     for advance in leader_advances(history):
-        yield from _guard(advance, min_isr.get(advance.event.topic, DEFAULT_MIN_INSYNC_REPLICAS))
+        default = defaults.get(advance.envelope.cluster_id, DEFAULT_MIN_INSYNC_REPLICAS)
+        yield from _guard(advance, min_isr.get(advance.event.topic, default))
 
 
 def _guard(advance: _Advance, topic_min_isr: int) -> Iterator[Finding]:
@@ -325,25 +329,39 @@ def _guard(advance: _Advance, topic_min_isr: int) -> Iterator[Finding]:
 def topic_min_insync_replicas(history: History) -> dict[str, int]:
     """Each topic name's least min.insync.replicas in the history (see the module docstring)."""
     least: dict[str, int] = {}
+    defaults = cluster_min_insync_replicas(history)
 
-    def seen(topic: str, value: int) -> None:
+    def seen(envelope: Envelope, topic: str, text: str | None) -> None:
+        value = min_insync_replicas_value(text, defaults.get(envelope.cluster_id, DEFAULT_MIN_INSYNC_REPLICAS))
         least[topic] = min(value, least.get(topic, value))
 
-    for _, created in history.of_type(events.TopicCreated):
+    for envelope, created in history.of_type(events.TopicCreated):
         values: list[str | None] = [text for name, text in created.configs if name == MIN_INSYNC_REPLICAS]
         for text in values or [None]:
-            seen(created.topic, min_insync_replicas_value(text))
-    for _, altered in history.of_type(events.TopicConfigsAltered):
+            seen(envelope, created.topic, text)
+    for envelope, altered in history.of_type(events.TopicConfigsAltered):
         for name, text in altered.configs:
             if name == MIN_INSYNC_REPLICAS:
-                seen(altered.topic, min_insync_replicas_value(text))
+                seen(envelope, altered.topic, text)
     return least
 
 
-def min_insync_replicas_value(text: str | None) -> int:
-    """A config value as the audit reads it: a whole number >= 1, else (unset, removed, unreadable) the default."""
+def cluster_min_insync_replicas(history: History) -> dict[str, int]:
+    """Each cluster id's min.insync.replicas for a topic that does not set it: the least that a ControllerElected
+    of that cluster names (a cluster none names has Kafka's default; see the module docstring)."""
+    least: dict[str, int] = {}
+    for envelope, elected in history.of_type(events.ControllerElected):
+        if elected.min_insync_replicas >= 1:
+            cluster = envelope.cluster_id
+            least[cluster] = min(elected.min_insync_replicas, least.get(cluster, elected.min_insync_replicas))
+    return least
+
+
+def min_insync_replicas_value(text: str | None, default: int = DEFAULT_MIN_INSYNC_REPLICAS) -> int:
+    """A config value as the audit reads it: a whole number >= 1, else (unset, removed, unreadable) `default`, the
+    cluster's."""
     if text is None or re.fullmatch(f"[0-9]{{1,{MIN_INSYNC_REPLICAS_DIGITS_MAX}}}", text) is None or int(text) < 1:
-        return DEFAULT_MIN_INSYNC_REPLICAS
+        return default
     return int(text)
 
 

@@ -62,7 +62,9 @@ def _payloads(frame: DataFrame, event_classes: Sequence[type[events.Event]]) -> 
     schema = T.StructType(list(fields.values()))
     names = [event_class.TYPE for event_class in event_classes]
     parsed = frame.where(F.col("type").isin(*names)).withColumn("_p", F.from_json("payload", schema))
-    base = [F.col(name) for name in ("service", "emitter_id", "incarnation", "position", "event_id", "type")]
+    base = [
+        F.col(name) for name in ("cluster_id", "service", "emitter_id", "incarnation", "position", "event_id", "type")
+    ]
     return parsed.select(*base, *[F.col("_p").getField(name).alias(name) for name in fields])
 
 
@@ -205,6 +207,7 @@ def _leader_view_rows(frame: DataFrame) -> DataFrame:
     no_pending = isr_of(F.array(), F.lit(""))
     ends_proposal = completed & F.col("error").isin(*ENDS_PROPOSAL_ERRORS)
     return rows.select(
+        "cluster_id",
         "service",
         "emitter_id",
         "incarnation",
@@ -287,9 +290,17 @@ def _said() -> Column:
 
 def _too_small_isr(frame: DataFrame, advances: DataFrame) -> DataFrame:
     least = topic_min_insync_replicas(frame)
-    with_min = advances.join(F.broadcast(least), "topic", "left").withColumn(
-        "effective_min_isr",
-        F.least(F.coalesce("min_insync_replicas", F.lit(DEFAULT_MIN_INSYNC_REPLICAS)), F.size("replicas")),
+    defaults = cluster_min_insync_replicas(frame)
+    with_min = (
+        advances.join(F.broadcast(least), "topic", "left")
+        .join(F.broadcast(defaults), "cluster_id", "left")
+        .withColumn(
+            "effective_min_isr",
+            F.least(
+                F.coalesce("min_insync_replicas", "cluster_min_insync_replicas", F.lit(DEFAULT_MIN_INSYNC_REPLICAS)),
+                F.size("replicas"),
+            ),
+        )
     )
     small = with_min.where(F.size("isr") < F.col("effective_min_isr"))
     members = F.array_join(F.array_sort("isr").cast("array<string>"), ", ")
@@ -362,20 +373,31 @@ def _members_behind(view: DataFrame, advances: DataFrame) -> DataFrame:
 
 
 def topic_min_insync_replicas(frame: DataFrame) -> DataFrame:
-    """Each topic name's least min.insync.replicas in the history: (`topic`, `min_insync_replicas`)."""
+    """Each topic name's least min.insync.replicas in the history: (`topic`, `min_insync_replicas`); where a topic
+    event does not set it, its cluster's default (`cluster_min_insync_replicas`) counts."""
+    defaults = cluster_min_insync_replicas(frame)
+    default = F.coalesce(F.col("cluster_min_insync_replicas"), F.lit(DEFAULT_MIN_INSYNC_REPLICAS))
 
     def value(pair: Column) -> Column:
         text = F.get(pair, 1)
         readable = text.rlike(f"^[0-9]{{1,{MIN_INSYNC_REPLICAS_DIGITS_MAX}}}\\z")
         number = F.when(readable, text.cast("int"))
-        return F.when(number >= 1, number).otherwise(F.lit(DEFAULT_MIN_INSYNC_REPLICAS))
+        return F.when(number >= 1, number).otherwise(default)
 
     rows = _payloads(frame, (events.TopicCreated, events.TopicConfigsAltered))
+    rows = rows.join(F.broadcast(defaults), "cluster_id", "left")
     named = F.filter(F.col("configs"), lambda pair: F.get(pair, 0) == MIN_INSYNC_REPLICAS)
     unset = _is(events.TopicCreated) & (F.size(named) == 0)
-    values = F.when(unset, F.array(F.lit(DEFAULT_MIN_INSYNC_REPLICAS))).otherwise(F.transform(named, value))
+    values = F.when(unset, F.array(default)).otherwise(F.transform(named, value))
     every = rows.select("topic", F.explode(values).alias("value"))
     return every.groupBy("topic").agg(F.min("value").alias("min_insync_replicas"))
+
+
+def cluster_min_insync_replicas(frame: DataFrame) -> DataFrame:
+    """Each cluster id's min.insync.replicas for topics that do not set it: the least that its ControllerElected
+    events name, (`cluster_id`, `cluster_min_insync_replicas`); a cluster none names has no row (Kafka's default)."""
+    elected = _payloads(frame, (events.ControllerElected,)).where(F.col("min_insync_replicas") >= 1)
+    return elected.groupBy("cluster_id").agg(F.min("min_insync_replicas").alias("cluster_min_insync_replicas"))
 
 
 CHECKS: Final[dict[str, Callable[[DataFrame], DataFrame]]] = {
