@@ -87,8 +87,9 @@ def damaged(history: list[Envelope]) -> list[Envelope]:
 
 def side_by_side(cases: dict[str, list[Envelope]]) -> list[Envelope]:
     """Several hand-written histories as one (one Spark run instead of many): each case's topic is renamed to the
-    case's name and its emitters' incarnations suffixed with it. None of them has a ControllerElected, so they
-    share the one controller term and no takeover, and every rule is per topic or per broker incarnation."""
+    case's name and its emitters' incarnations suffixed with it. All but one have no ControllerElected, so they
+    share the one controller term and no takeover; the one that has (a controller's own min.insync.replicas) is
+    another controller's, whose term is its own. Every rule is per topic or per broker incarnation."""
     merged = []
     for name, history in cases.items():
         for envelope in history:

@@ -4,6 +4,7 @@ metadata offsets). The unit tests walk through them; the Spark parity test runs 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -25,17 +26,19 @@ def emitted(emitter: Emitter, first_wall_ms: int, *happened: Event) -> list[Enve
     return [Envelope("test", emitter, i, first_wall_ms + i, i, event) for i, event in enumerate(happened)]
 
 
-def cid(sequence: int) -> str:
+def cid(sequence: int, controller: int = 100) -> str:
     """The id of the controller's event at `sequence` (its place in `decisions`)."""
-    return event_id("controller", 100, "c", sequence)
+    return event_id("controller", controller, "c", sequence)
 
 
 def bid(broker_id: int, sequence: int, incarnation: str = "a") -> str:
     return event_id("broker", broker_id, incarnation, sequence)
 
 
-def elected(epoch: int = 1, offset: int = 0) -> events.ControllerElected:
-    return events.ControllerElected(controller=100, controller_epoch=epoch, metadata_offset=offset)
+def elected(epoch: int = 1, offset: int = 0, min_insync_replicas: int = -1) -> events.ControllerElected:
+    return events.ControllerElected(
+        controller=100, controller_epoch=epoch, metadata_offset=offset, min_insync_replicas=min_insync_replicas
+    )
 
 
 def created(offset: int, configs: Sequence[tuple[str, str]] = (), topic_id: str = "id-1") -> events.TopicCreated:
@@ -261,6 +264,19 @@ def min_isr_altered_later() -> list[Envelope]:
     )
 
 
+def elr_kept_at_the_controllers_min_isr() -> list[Envelope]:
+    """A controller whose own min.insync.replicas is 2 (its ControllerElected, sequence 0, says so) creates a topic
+    without the config; a change (sequence 2) keeps ELR [3] while ISR [1,2] reaches 2. It is controller 101's, so
+    that its term (and default) stays its own beside the other histories (`cid(2, 101)`)."""
+    return emitted(
+        dataclasses.replace(CONTROLLER, emitter_id=101),
+        1_000,
+        elected(1, 0, min_insync_replicas=2),
+        created(1),
+        changed(2, 1, 0, 0, isr=(1, 2), elr=(3,), reason="created"),
+    )
+
+
 def election_outside_isr(election: str = "clean") -> list[Envelope]:
     """ISR [1,2] led by 1 (sequence 1); broker 3 elected (sequence 2) and recorded as `election` (sequence 3)."""
     return emitted(
@@ -293,6 +309,7 @@ VIOLATING: Final[dict[str, Callable[[], list[Envelope]]]] = {
     "leader_outside_isr": leader_outside_isr,
     "malformed_isr_and_elr": malformed_isr_and_elr,
     "min_isr_altered_later": min_isr_altered_later,
+    "elr_kept_at_the_controllers_min_isr": elr_kept_at_the_controllers_min_isr,
     "election_outside_isr": election_outside_isr,
     "elr_election": elr_election,
 }

@@ -21,6 +21,7 @@ from support.metadata_histories import (
     clean_lives,
     election_outside_isr,
     elr_election,
+    elr_kept_at_the_controllers_min_isr,
     epochs_going_back,
     leader_outside_isr,
     malformed_isr_and_elr,
@@ -142,13 +143,27 @@ def test_isr_and_elr_that_break_kip_966s_shape_give_one_finding_per_clause() -> 
 def test_a_min_isr_altered_later_applies_from_its_place_in_metadata_order() -> None:
     """Given a topic without min.insync.replicas and ISR [1,2] with ELR [3], when the config is set to 2 and then
     a change keeps that ELR, then only the change after the alteration is found: not the one before it, nor the
-    one after the config was removed again (the cluster's default is not in the history)."""
+    one after the config was removed again (no ControllerElected names the cluster's default here)."""
     assert run("isr_elr_well_formed", min_isr_altered_later()) == [
         Finding(
             "isr_elr_well_formed",
             T,
             0,
             events=(cid(3),),
+            detail="ELR [3] kept while ISR [1,2] reaches min.insync.replicas 2",
+        )
+    ]
+
+
+def test_a_topic_without_min_isr_is_held_to_its_controllers_own() -> None:
+    """Given a controller whose ControllerElected names min.insync.replicas 2 and a topic created without the
+    config, when a change keeps ELR [3] while ISR [1,2] has 2 members, then it is found as for a topic that sets 2."""
+    assert run("isr_elr_well_formed", elr_kept_at_the_controllers_min_isr()) == [
+        Finding(
+            "isr_elr_well_formed",
+            T,
+            0,
+            events=(cid(2, 101),),
             detail="ELR [3] kept while ISR [1,2] reaches min.insync.replicas 2",
         )
     ]

@@ -26,8 +26,9 @@ A broker's events carry no life; they are placed as follows (the rules say why e
 
 min.insync.replicas (for `isr_elr_well_formed`): the topic's own value, from its TopicCreated configs and later
 TopicConfigsAltered (a removed config: None) in metadata order within the life, capped at the replica count as
-the controller's effective_min_isr does. Where the topic does not set it, the controller uses its own
-`min.insync.replicas` setting (ControllerConfig), which no event records: the clause is then left out.
+the controller's effective_min_isr does. Where the topic does not set it (or removed it), the controller uses its
+own `min.insync.replicas` setting (ControllerConfig), which its ControllerElected names (version 3): the value of
+the term the decision belongs to. Where that event does not say (older versions), the clause is left out.
 """
 
 from __future__ import annotations
@@ -76,31 +77,33 @@ class Decided:
 def metadata_order(history: History) -> list[Decided]:
     """The committed metadata events (of `TERM_EVENTS`) in metadata order, each with its life and min ISR."""
     takeovers = Takeovers.of(history.streams)
-    terms: list[tuple[tuple[int, int, str, int, str], list[Envelope]]] = []
+    terms: list[tuple[tuple[int, int, str, int, str], list[Envelope], int | None]] = []
     for (service, emitter_id), stream in history.streams.items():
         term: list[Envelope] = []
-        controller_epoch = NO_TERM
+        controller_epoch, default = NO_TERM, None
         for envelope in stream:
             if isinstance(envelope.event, events.ControllerElected):
                 if term:
-                    terms.append((_term_key(controller_epoch, term[0], service, emitter_id), term))
+                    terms.append((_term_key(controller_epoch, term[0], service, emitter_id), term, default))
                 term, controller_epoch = [], envelope.event.controller_epoch
+                default = envelope.event.min_insync_replicas if envelope.event.min_insync_replicas >= 1 else None
             if isinstance(envelope.event, TERM_EVENTS) and takeovers.overtaking(envelope.event) is None:
                 term.append(envelope)
         if term:
-            terms.append((_term_key(controller_epoch, term[0], service, emitter_id), term))
+            terms.append((_term_key(controller_epoch, term[0], service, emitter_id), term, default))
     terms.sort(key=lambda keyed: keyed[0])
-    return list(_with_lives(envelope for _, term in terms for envelope in term))
+    return list(_with_lives((envelope, default) for _, term, default in terms for envelope in term))
 
 
 def _term_key(controller_epoch: int, first: Envelope, service: str, emitter_id: int) -> tuple[int, int, str, int, str]:
     return (controller_epoch, first.wall_ms, service, emitter_id, first.emitter.incarnation)
 
 
-def _with_lives(ordered: Iterable[Envelope]) -> Iterator[Decided]:
+def _with_lives(ordered: Iterable[tuple[Envelope, int | None]]) -> Iterator[Decided]:
+    """Each decision with its topic's life and min ISR: the topic's own, else its deciding controller's default."""
     lives: dict[str, int] = {}
     min_isr: dict[str, int | None] = {}
-    for envelope in ordered:
+    for envelope, default in ordered:
         event = envelope.event
         topic = getattr(event, "topic", "")
         if isinstance(event, events.TopicCreated):
@@ -110,7 +113,8 @@ def _with_lives(ordered: Iterable[Envelope]) -> Iterator[Decided]:
             altered = dict(event.configs)
             if MIN_INSYNC_REPLICAS in altered:
                 min_isr[topic] = _parse(altered[MIN_INSYNC_REPLICAS])
-        yield Decided(envelope, lives.get(topic, 0), min_isr.get(topic))
+        own = min_isr.get(topic)
+        yield Decided(envelope, lives.get(topic, 0), own if own is not None else default)
 
 
 def _parse(value: str | None) -> int | None:

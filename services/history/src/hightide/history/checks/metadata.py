@@ -38,6 +38,7 @@ _STAMP: Final = T.StructType(
         T.StructField("controller_epoch", T.IntegerType(), True),
         T.StructField("metadata_offset", T.LongType(), True),
         T.StructField("reason", T.StringType(), True),
+        T.StructField("min_insync_replicas", T.IntegerType(), True),
     ]
 )
 _BROKER_EVENT: Final = T.StructType(
@@ -86,12 +87,21 @@ def _metadata_order(lake_events: DataFrame) -> DataFrame:
     )
     emitter = Window.partitionBy("service", "emitter_id").orderBy("position")
     is_elected = F.col("type") == events.ControllerElected.TYPE
-    termed = rows.withColumn("term", F.sum(is_elected.cast("int")).over(emitter)).withColumn(
-        "term_epoch",
-        F.coalesce(
-            F.last(F.when(is_elected, F.col("_s.controller_epoch")), ignorenulls=True).over(emitter),
-            F.lit(NO_TERM),
-        ),
+    elected_default = F.when(is_elected & (F.col("_s.min_insync_replicas") >= 1), F.col("_s.min_insync_replicas"))
+    termed = (
+        rows.withColumn("term", F.sum(is_elected.cast("int")).over(emitter))
+        .withColumn(
+            "term_epoch",
+            F.coalesce(
+                F.last(F.when(is_elected, F.col("_s.controller_epoch")), ignorenulls=True).over(emitter),
+                F.lit(NO_TERM),
+            ),
+        )
+        # The term's controller's own min.insync.replicas (null: its ControllerElected does not say).
+        .withColumn(
+            "term_min_isr", F.last(F.when(is_elected, F.struct(elected_default.alias("v"))), True).over(emitter)
+        )
+        .withColumn("term_min_isr", F.col("term_min_isr.v"))
     )
     decided = termed.where(~is_elected)
     kept = _without_abandoned(lake_events, decided)
@@ -129,7 +139,8 @@ def _without_abandoned(lake_events: DataFrame, decided: DataFrame) -> DataFrame:
 
 def _with_min_isr(ordered: DataFrame) -> DataFrame:
     """`life` (TopicCreated of the topic so far, this one included) and `min_isr` (the last value a TopicCreated
-    or a TopicConfigsAltered naming min.insync.replicas set, null for none or a removed one)."""
+    or a TopicConfigsAltered naming min.insync.replicas set; for none or a removed one, the deciding controller's
+    own, null where its ControllerElected does not say)."""
     configs = F.from_json("payload", T.StructType([T.StructField("configs", T.ArrayType(T.ArrayType(T.StringType())))]))
     named = F.filter(configs.getField("configs"), lambda c: c[0] == F.lit(MIN_INSYNC_REPLICAS))
     created = F.col("type") == events.TopicCreated.TYPE
@@ -140,8 +151,8 @@ def _with_min_isr(ordered: DataFrame) -> DataFrame:
     return (
         ordered.withColumn("life", F.sum(created.cast("int")).over(in_topic))
         .withColumn("_min_isr", F.last(setting, ignorenulls=True).over(in_topic))
-        .withColumn("min_isr", F.col("_min_isr.value"))
-        .drop("_min_isr", "_s")
+        .withColumn("min_isr", F.coalesce(F.col("_min_isr.value"), F.col("term_min_isr")))
+        .drop("_min_isr", "_s", "term_min_isr")
     )
 
 
