@@ -1,7 +1,8 @@
 """Kafka's semantics at the listener that clients rely on but rarely show, over raw sockets (kio writes the
 requests): Produce with acks=0 gets no answer and the connection goes on; Fetch's KIP-320 current_leader_epoch is
 checked (an older epoch is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH); ListOffsets answers the
-earliest and latest offsets; OffsetForLeaderEpoch answers an epoch's end offset.
+earliest and latest offsets; OffsetForLeaderEpoch answers an epoch's end offset; a consumer's Fetch parked at the
+log end is answered when an acks=all Produce commits a record there, not when its wait is over.
 """
 
 from __future__ import annotations
