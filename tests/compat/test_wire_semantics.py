@@ -1,13 +1,15 @@
 """Kafka's semantics at the listener that clients rely on but rarely show, over raw sockets (kio writes the
 requests): Produce with acks=0 gets no answer and the connection goes on; Fetch's KIP-320 current_leader_epoch is
 checked (an older epoch is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH); ListOffsets answers the
-earliest and latest offsets; OffsetForLeaderEpoch answers an epoch's end offset.
+earliest and latest offsets; OffsetForLeaderEpoch answers an epoch's end offset; a consumer's Fetch parked at the
+log end is answered when an acks=all Produce commits a record there, not when its wait is over.
 """
 
 from __future__ import annotations
 
 import datetime
 import io
+import select
 import socket
 import struct
 from typing import Any
@@ -248,3 +250,46 @@ def test_pipelined_produce_requests_are_appended_and_answered_in_their_order(lea
     ]
     assert placed == [(0, start + 2 * i) for i in range(5)]
     assert end == start + 10
+
+
+def test_a_parked_fetch_is_answered_when_the_high_watermark_passes_its_offset(leader: tuple[str, int]) -> None:
+    """Kafka's DelayedFetch: a consumer's Fetch at the log end with the longest wait served (60 s) is parked, and
+    answered with the new record as soon as an acks=all Produce's record is committed (the HW passes the fetch's
+    offset), not when its wait is over: its answer comes within the socket's 30 s. librdkafka waits 500 ms
+    (fetch.wait.max.ms), so a broker that answered only at the wait's end would add up to that to every record's
+    produce-to-consume latency."""
+    listener, _ = leader
+    with (
+        socket.create_connection(_host_port(listener), timeout=30) as parked,
+        socket.create_connection(_host_port(listener), timeout=30) as producing,
+    ):
+        start = _latest(producing, 300)
+        wait = datetime.timedelta(milliseconds=kafka.FETCH_MAX_WAIT_MS_MAX)
+        partition = FetchPartition(
+            partition=0, current_leader_epoch=-1, fetch_offset=start, partition_max_bytes=1 << 20
+        )
+        fetch = FetchRequest(
+            max_wait=wait,
+            min_bytes=1,
+            topics=(FetchTopic(topic=TOPIC, partitions=(partition,)),),
+            forgotten_topics_data=(),
+        )
+        send(parked, kafka.FETCH, 12, 301, fetch)
+        assert _latest(producing, 302) == start  # the fetch's frame was sent first; nothing was appended meanwhile
+        readable, _, _ = select.select([parked], [], [], 0)
+        assert readable == []  # nothing to read at the log end: the fetch waits
+        data = PartitionProduceData(index=0, records=Records(encode_batch([b"wakes-the-fetch"])))
+        produce = ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=15),
+            topic_data=(TopicProduceData(name=TOPIC, partition_data=(data,)),),
+        )
+        send(producing, kafka.PRODUCE, 9, 303, produce)
+        _, produced = receive(producing, kafka.PRODUCE, 9)
+        assert int(produced.responses[0].partition_responses[0].error_code) == 0
+        correlation_id, answer = receive(parked, kafka.FETCH, 12)  # socket.timeout (30 s) if it waits its 60 s
+    assert correlation_id == 301
+    fetched = answer.responses[0].partitions[0]
+    assert (int(fetched.error_code), fetched.high_watermark) == (0, start + 1)
+    assert b"wakes-the-fetch" in bytes(fetched.records)

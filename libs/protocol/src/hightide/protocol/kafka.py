@@ -177,13 +177,15 @@ def encode_response(request: Request, body: Any) -> bytes:
     version = request.api_version if request.body is not None or request.api_key != API_VERSIONS else 0
     flexible = request.api_key != API_VERSIONS and _flexible(request.api_key, version, "response")
     buffer = io.BytesIO()
+    buffer.write(bytes(SIZE.size))  # the size, written last in place: a Fetch's records are not copied once more
     if flexible:
         entity_writer(ResponseHeaderV1)(buffer, ResponseHeaderV1(correlation_id=_i32(request.correlation_id)))
     else:
         entity_writer(ResponseHeaderV0)(buffer, ResponseHeaderV0(correlation_id=_i32(request.correlation_id)))
     entity_writer(type(body))(buffer, body)
-    data = buffer.getvalue()
-    return SIZE.pack(len(data)) + data
+    with buffer.getbuffer() as view:
+        SIZE.pack_into(view, 0, len(view) - SIZE.size)
+    return buffer.getvalue()
 
 
 # -- building kio entities ------------------------------------------------------------------------------------------

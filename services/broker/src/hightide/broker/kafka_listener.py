@@ -2,7 +2,9 @@
 
 Room: services/broker (wiring; issue 15). This module owns the TCP side only: `listeners` and
 `advertised.listeners` (Kafka's names; one listener, of any of Kafka's four security protocols: TLS and the SASL
-step before dispatch are `kafka_security`'s), reading 4-byte-size frames (a size over
+step before dispatch are `kafka_security`'s), reading 4-byte-size frames (through `READ_BUFFER_BYTES` over a kernel
+receive buffer of `RECEIVE_BUFFER_BYTES`, so that a client's large Produce requests are taken in while the loop is
+busy; a size over
 `socket.request.max.bytes` or negative closes the connection, as Kafka's `NetworkReceive`), and writing answers in
 the order of the requests. Kafka serves one request of a connection at a time (it mutes the connection until the
 answer is sent); here consecutive Produce requests are pipelined: each is handed to the driving task as soon as it is
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -42,6 +45,18 @@ if TYPE_CHECKING:
 
 PLAINTEXT: Final = "PLAINTEXT"
 PRODUCE_PIPELINE_DEPTH: Final = 16  # Produce requests of one connection handed on before their answers are written
+# The connection's read buffer: a whole Produce of librdkafka's (message.max.bytes, 1,000,000) or the Java client's
+# (max.request.size, 1 MiB) is taken in without pausing the socket (asyncio's default, 64 KiB, pauses it at 128 KiB
+# and resumes it on the next turn of the loop: twice the loop turns per large frame). Kafka reads a frame into a
+# buffer of its size (NetworkReceive); this is the bound on what is buffered beyond the frame being read.
+READ_BUFFER_BYTES: Final = 1024 * 1024
+# The kernel's receive buffer of each connection (SO_RCVBUF, set on the listening socket so that accepted ones
+# inherit it; Linux caps it at net.core.rmem_max). While the broker's one event loop is busy (an append, a
+# replication round), the kernel takes in what the client sends: librdkafka stops building Produce requests while
+# more than queue.buffering.backpressure.threshold (1) of its requests are not yet sent, so a socket that fills at
+# asyncio's pace holds its requests back (issue 15's 16 KiB benchmark). Kafka sets socket.receive.buffer.bytes
+# (100 KiB) but reads a connection whenever data is there; this is Hightide's own setting, not that config.
+RECEIVE_BUFFER_BYTES: Final = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +120,11 @@ class KafkaListener:
     async def start(self) -> None:
         security = self.config.security
         tls = None if security is None else security.ssl_context
-        self.server = await asyncio.start_server(self._connection, self.config.host, self.config.port, ssl=tls)
+        self.server = await asyncio.start_server(
+            self._connection, self.config.host, self.config.port, ssl=tls, limit=READ_BUFFER_BYTES
+        )
+        for sock in self.server.sockets:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
         self.port = self.server.sockets[0].getsockname()[1]
         self.service.log.info("kafka_listener_started", listener=f"{self.config.host}:{self.port}")
 
@@ -391,21 +410,29 @@ class _Pipeline:
         self._writer = writer
         self._queue: asyncio.Queue[_Pipelined] = asyncio.Queue(maxsize=PRODUCE_PIPELINE_DEPTH)
         self._task: asyncio.Task[None] | None = None
+        self._unanswered = 0  # items put and not yet written (the queue's own count is private)
 
     async def put(self, item: _Pipelined) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._write_in_order())
         self._check()
+        self._unanswered += 1
+        with contextlib.suppress(asyncio.QueueFull):
+            self._queue.put_nowait(item)  # room in the pipeline: the next frame is read without a turn of the loop
+            return
         put = asyncio.ensure_future(self._queue.put(item))
         await asyncio.wait({put, self._task}, return_when=asyncio.FIRST_COMPLETED)
         if not put.done():
             put.cancel()
+            self._unanswered -= 1  # never queued (the writer ended: `_check` ends the connection)
         self._check()
 
     async def drained(self) -> None:
         if self._task is None:
             return
         self._check()
+        if self._unanswered == 0:
+            return  # every pipelined answer is written: no turn of the loop
         joined = asyncio.ensure_future(self._queue.join())
         await asyncio.wait({joined, self._task}, return_when=asyncio.FIRST_COMPLETED)
         if not joined.done():
@@ -430,6 +457,7 @@ class _Pipeline:
                     self._writer.write(kafka.encode_response(request, kafka.produce_response(request, internal)))
                     await self._writer.drain()
             finally:
+                self._unanswered -= 1
                 self._queue.task_done()
 
     def close(self) -> None:
