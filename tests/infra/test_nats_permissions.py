@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import stat
 import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -496,3 +498,40 @@ def test_an_allowed_request_nobody_answers_is_not_called_refused(server: tuple[s
             await nc.close()
 
     asyncio.run(scenario())
+
+
+def _nats_auth(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "hightide.client.cli", "nats-auth", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_nats_auth_makes_a_user_per_broker_and_keeps_the_earlier_ones(tmp_path: Path) -> None:
+    out = tmp_path / "auth"
+    first = _nats_auth("--out", str(out), "--cluster-id", C, "--broker-ids", "2,1")
+    assert first.returncode == 0, first.stderr
+    users = [line.split("\t")[0] for line in first.stdout.splitlines()]
+    assert users == [*Role, BROKER_1, BROKER_2, "nats-server"]
+    seeds = {path.name: path.read_text() for path in out.glob("*.creds")}
+    assert all(stat.S_IMODE((out / name).stat().st_mode) == 0o600 for name in seeds)
+    again = _nats_auth("--out", str(out), "--cluster-id", C, "--broker-ids", "3")
+    assert again.returncode == 0, again.stderr
+    assert {name: (out / name).read_text() for name in seeds} == seeds  # kept, not remade
+    keys = public_keys({path.stem: path for path in out.glob("*.creds")})
+    assert set(keys) == {*Role, BROKER_1, BROKER_2, broker_user(3)}
+    conf = (out / "auth.conf").read_text()
+    for user, key in keys.items():
+        assert conf.count(f'nkey: "{key}"') == 1, user
+        assert f"# {user}\n" in conf
+    seed_lines = [line for text in seeds.values() for line in text.split() if line.startswith("SU")]
+    assert len(seed_lines) == len(seeds) == len(Role) + 2
+    assert not any(seed in conf for seed in seed_lines), "auth.conf holds a secret"
+
+
+@pytest.mark.parametrize("ids", ["x", "1,-2", "1;2"])
+def test_nats_auth_refuses_bad_broker_ids_in_one_line(tmp_path: Path, ids: str) -> None:
+    refused = _nats_auth("--out", str(tmp_path / "auth"), "--broker-ids", ids)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        f"hightide nats-auth: error: --broker-ids takes comma-separated broker ids (0 or more), not {ids!r}"
+    ]
+    assert not (tmp_path / "auth").exists()
