@@ -438,6 +438,8 @@ class LocalCluster:
         authorization = server_authorization(state.cluster_id, paths, no_auth_user=Role.CLIENT)
         nodes = state.nats_pids or {"1": state.nats_pid}
         for node, pid in nodes.items():
+            if not pid_alive(pid):
+                raise ClusterError(f"cannot add broker {broker_id}'s NATS user: nats-server node {node} is not running")
             conf = self._nats_conf(int(node), len(nodes))
             text = conf.read_text()
             conf.write_text(text[: text.index("authorization {")] + authorization)
