@@ -100,6 +100,8 @@ def make_users() -> None:
         str(AUTH_DIR),
         "--cluster-id",
         "local",
+        "--broker-ids",
+        "1,2,3",
     ]
     made = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert made.returncode == 0, made.stderr

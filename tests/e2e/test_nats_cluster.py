@@ -38,7 +38,7 @@ from hightide.client.producer import ProduceFailed, Producer, ProducerConfig, Re
 from hightide.lake import read_envelopes
 from hightide.protocol.permissions import Role
 from hightide.protocol.subjects import controller_bucket, events_stream, metadata_stream
-from hightide.runtime.nats import credentials_seed
+from hightide.runtime.nats import credentials_seed, nkey_inbox_prefix
 from support.audited import assert_history_clean
 from support.cluster_cli import active_brokers, wait_for
 
@@ -146,7 +146,9 @@ async def read_all(conn: ClusterConnection, expected: int) -> list[ConsumerRecor
 def creds(path: Path) -> dict[str, str]:
     """nats-py's options for a credentials file of ours (a seed-only file, or a .creds with a JWT)."""
     seed = credentials_seed(path)
-    return {"nkeys_seed_str": seed} if seed is not None else {"user_credentials": str(path)}
+    if seed is None:
+        return {"user_credentials": str(path)}
+    return {"nkeys_seed_str": seed, "inbox_prefix": nkey_inbox_prefix(seed)}  # the user's own inbox (issue 14)
 
 
 def test_kill_9_of_the_metadata_streams_nats_leader_loses_no_acknowledged_record_and_no_event(

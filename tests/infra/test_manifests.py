@@ -287,6 +287,28 @@ def test_every_runtime_image_runs_as_a_non_root_user_with_a_health_check() -> No
     assert not any(line.startswith("FROM") and ":latest" in line for line in DOCKERFILE.read_text().splitlines())
 
 
+def test_the_builder_installs_third_party_packages_before_it_copies_the_sources() -> None:
+    """A source change must not reinstall every package (issue 14): the builder copies the lockfile and every
+    workspace member's pyproject.toml, syncs without the workspace, and only then copies the sources."""
+    builder = DOCKERFILE.read_text().split(" AS builder", 1)[1].split("\nFROM ", 1)[0].splitlines()
+    steps = [line for line in builder if line.startswith(("COPY", "RUN"))]
+    members = sorted(str(path.parent.relative_to(ROOT)) for path in ROOT.glob("*/*/pyproject.toml"))
+    members = [m for m in members if m.startswith(("libs/", "services/"))]
+    manifests = [
+        i
+        for i, line in enumerate(steps)
+        if line.startswith("COPY ") and line.split()[1].endswith("/pyproject.toml") and len(line.split()) == 3
+    ]
+    copied = [steps[i].split()[1].removesuffix("/pyproject.toml") for i in manifests]
+    assert copied == members, "every workspace member's pyproject.toml is copied before the first sync"
+    third_party = next(i for i, line in enumerate(steps) if "uv sync" in line)
+    assert "--no-install-workspace" in steps[third_party] and "--locked" in steps[third_party]
+    assert max(manifests) < third_party
+    sources = steps.index("COPY libs ./libs")
+    assert third_party < sources < steps.index("COPY services ./services")
+    assert "uv sync" in steps[-1] and "--no-install-workspace" not in steps[-1] and len(steps) - 1 > sources
+
+
 # -- YAML -------------------------------------------------------------------------------------------------------
 
 

@@ -7,6 +7,12 @@ is done with a role's credentials file (`nats.credentials.file`); nats-server an
 violation, which nats-py hands to the connection's error callback: the test waits (with a deadline) for the
 violation naming that subject. An allowed action is checked by its effect: a request answered by a responder of
 the answering role, a JetStream publish acknowledged, a stream read.
+
+Issue 14's second pass adds two brokers' own users (`broker-1`, `broker-2`): broker 2's credentials are refused
+broker 1's API subjects and events and still answer, call and emit as broker 2; each user's inbox
+(`_INBOX_<public key>`) is refused to every other user; and a refused request fails at once with
+`PermissionRefused` through the client `hightide.runtime.nats.connect` returns (its own error callback left in
+place), where a request that is allowed but unanswered times out.
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import stat
 import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -27,7 +35,7 @@ from nats.js import api
 
 from hightide.client.bench_nats import nats_server_binary
 from hightide.client.local_cluster import nats_node_config
-from hightide.protocol.permissions import Role
+from hightide.protocol.permissions import Role, broker_user, user_inbox
 from hightide.protocol.subjects import (
     BrokerApi,
     ControllerApi,
@@ -43,8 +51,8 @@ from hightide.protocol.subjects import (
 )
 from hightide.runtime.event_store import ensure_events_stream
 from hightide.runtime.metadata_log import ControllerLease, MetadataLog
-from hightide.runtime.nats import NatsSettings, connect
-from hightide.runtime.nats_auth import ensure_credentials, server_authorization
+from hightide.runtime.nats import NatsSettings, PermissionRefused, connect
+from hightide.runtime.nats_auth import ensure_credentials, public_keys, server_authorization
 
 C = "permtest"
 START_DEADLINE_S = 15.0
@@ -54,11 +62,11 @@ JS_TIMEOUT_S = 1.0  # a refused JetStream call gets no answer: it times out, and
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[Role, Path]]]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, Path]]]:
     """A locked-down nats-server (anonymous connections are the client, as on a local cluster) and the
     credentials of every role."""
     workdir = tmp_path_factory.mktemp("nats-permissions")
-    credentials = ensure_credentials(workdir / "nats-auth")
+    credentials = ensure_credentials(workdir / "nats-auth", [1, 2])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
@@ -89,7 +97,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
         process.wait(timeout=10)
 
 
-async def _set_up(url: str, credentials: dict[Role, Path]) -> None:
+async def _set_up(url: str, credentials: dict[str, Path]) -> None:
     """What a running cluster has made: the metadata log with a record, the lease, the event stream."""
     async with _connected(url, credentials, Role.CONTROLLER) as (nc, _):
         log = MetadataLog(nc, C)
@@ -101,8 +109,9 @@ async def _set_up(url: str, credentials: dict[Role, Path]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _connected(url: str, credentials: dict[Role, Path] | None, role: Role | None) -> Any:
-    """A connection as `role` (None: no credentials at all) and the errors nats-server sent it."""
+async def _connected(url: str, credentials: dict[str, Path] | None, role: str | None) -> Any:
+    """A connection as `role` (a role's or a broker's user; None: no credentials at all) and the errors
+    nats-server sent it."""
     errors: list[str] = []
 
     async def on_error(error: Exception) -> None:
@@ -120,8 +129,15 @@ async def _connected(url: str, credentials: dict[Role, Path] | None, role: Role 
 
 
 async def _refused(nc: Client, errors: list[str], subject: str, action: Awaitable[Any]) -> None:
-    with contextlib.suppress(nats.errors.TimeoutError, nats.errors.NoRespondersError, TimeoutError):
+    """The action is refused: a request fails with PermissionRefused, anything else gets a permissions violation
+    in the error callback."""
+    try:
         await action
+    except PermissionRefused as refused:
+        assert refused.subject == subject
+        return
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError, TimeoutError):
+        pass
     await nc.flush()
     end = time.monotonic() + VIOLATION_DEADLINE_S
     while not any("permissions violation" in e.lower() and subject.lower() in e.lower() for e in errors):
@@ -157,7 +173,8 @@ ANY_STREAM_CHANGE = [
     _js_api(f"$JS.API.STREAM.DELETE.KV_{BUCKET}"),
     _js_api(f"$JS.API.STREAM.MSG.DELETE.{METADATA}"),
 ]
-FORBIDDEN: dict[Role | None, list[Callable[[Client], tuple[str, Awaitable[Any]]]]] = {
+BROKER_1, BROKER_2 = broker_user(1), broker_user(2)
+FORBIDDEN: dict[str | None, list[Callable[[Client], tuple[str, Awaitable[Any]]]]] = {
     Role.CLIENT: [
         _js_publish(metadata_subject(C)),
         _publish(controller_api(C, ControllerApi.REGISTER_BROKER)),
@@ -206,6 +223,17 @@ FORBIDDEN: dict[Role | None, list[Callable[[Client], tuple[str, Awaitable[Any]]]
         _subscribe(f"ht.{C}.broker.1.*"),
         *ANY_STREAM_CHANGE,
     ],
+    BROKER_2: [  # a broker cannot act as another broker: answer its APIs (replica fetches included), emit as it
+        _subscribe(f"ht.{C}.broker.1.*"),
+        _subscribe(broker_api(C, 1, BrokerApi.REPLICA_FETCH)),
+        _subscribe(broker_api(C, 1, BrokerApi.PRODUCE)),
+        _subscribe(f"ht.{C}.broker.*.*"),
+        _js_publish(events_subject(C, "broker", 1)),
+        _js_publish(events_subject(C, "broker", 21)),
+        _js_publish(metadata_subject(C)),  # nor as the controller
+        _subscribe(f"ht.{C}.controller.*"),
+        *ANY_STREAM_CHANGE,
+    ],
     None: [  # no credentials: the client (the local cluster's no_auth_user)
         _js_publish(metadata_subject(C)),
         _publish(controller_api(C, ControllerApi.CREATE_TOPICS)),
@@ -218,7 +246,7 @@ CASES = [(role, action) for role, actions in FORBIDDEN.items() for action in act
 @pytest.mark.parametrize(
     ("role", "action"), CASES, ids=[f"{role or 'anonymous'}-{i}" for i, (role, _) in enumerate(CASES)]
 )
-def test_a_forbidden_action_is_refused(server: tuple[str, dict[Role, Path]], role: Role | None, action: Any) -> None:
+def test_a_forbidden_action_is_refused(server: tuple[str, dict[str, Path]], role: Role | None, action: Any) -> None:
     url, credentials = server
 
     async def scenario() -> None:
@@ -232,7 +260,7 @@ def test_a_forbidden_action_is_refused(server: tuple[str, dict[Role, Path]], rol
 # allowed: requests reach the answering role and come back
 
 
-async def _answered(url: str, credentials: dict[Role, Path], caller: Role, answerer: Role, subject: str) -> bytes:
+async def _answered(url: str, credentials: dict[str, Path], caller: str | None, answerer: str, subject: str) -> bytes:
     async with _connected(url, credentials, answerer) as (service, service_errors):
 
         async def answer(msg: Any) -> None:
@@ -257,29 +285,42 @@ ALLOWED_REQUESTS = [
     (Role.BROKER, Role.CONTROLLER, controller_api(C, ControllerApi.REGISTER_BROKER)),
     (Role.BROKER, Role.CONTROLLER, controller_api(C, ControllerApi.ALTER_PARTITION)),
     (Role.BROKER, Role.BROKER, broker_api(C, 2, BrokerApi.REPLICA_FETCH)),
+    (BROKER_1, BROKER_2, broker_api(C, 2, BrokerApi.REPLICA_FETCH)),  # a follower fetches from its leader
+    (BROKER_2, BROKER_1, broker_api(C, 1, BrokerApi.REPLICA_FETCH)),
+    (Role.CLIENT, BROKER_2, broker_api(C, 2, BrokerApi.PRODUCE)),
+    (Role.CLIENT, BROKER_2, any_broker_metadata(C)),
+    (BROKER_2, Role.CONTROLLER, controller_api(C, ControllerApi.REGISTER_BROKER)),
+    (BROKER_2, Role.CONTROLLER, controller_api(C, ControllerApi.CREATE_TOPICS)),  # it forwards Kafka admin requests
+    (None, Role.BROKER, broker_api(C, 3, BrokerApi.FETCH)),  # no credentials: the default inbox still works
 ]
 
 
 @pytest.mark.parametrize(("caller", "answerer", "subject"), ALLOWED_REQUESTS)
 def test_an_allowed_request_is_answered(
-    server: tuple[str, dict[Role, Path]], caller: Role, answerer: Role, subject: str
+    server: tuple[str, dict[str, Path]], caller: str | None, answerer: str, subject: str
 ) -> None:
     url, credentials = server
     assert asyncio.run(_answered(url, credentials, caller, answerer, subject)) == b"answered hello"
 
 
 @pytest.mark.parametrize(
-    ("role", "service"),
-    [(Role.CONTROLLER, "controller"), (Role.BROKER, "broker"), (Role.CLIENT, "producer"), (Role.ADMIN, "canary")],
+    ("role", "service", "emitter"),
+    [
+        (Role.CONTROLLER, "controller", 4),
+        (Role.BROKER, "broker", 4),
+        (Role.CLIENT, "producer", 4),
+        (Role.ADMIN, "canary", 4),
+        (BROKER_2, "broker", 2),
+    ],
 )
 def test_each_role_stores_events_in_its_own_name(
-    server: tuple[str, dict[Role, Path]], role: Role, service: str
+    server: tuple[str, dict[str, Path]], role: str, service: str, emitter: int
 ) -> None:
     url, credentials = server
 
     async def scenario() -> int:
         async with _connected(url, credentials, role) as (nc, errors):
-            ack = await nc.jetstream(timeout=REPLY_TIMEOUT_S).publish(events_subject(C, service, 4), b"[]")
+            ack = await nc.jetstream(timeout=REPLY_TIMEOUT_S).publish(events_subject(C, service, emitter), b"[]")
             assert errors == []
             return int(ack.seq)
 
@@ -287,7 +328,7 @@ def test_each_role_stores_events_in_its_own_name(
 
 
 def test_the_controller_appends_to_the_metadata_log_and_the_broker_follows_it(
-    server: tuple[str, dict[Role, Path]],
+    server: tuple[str, dict[str, Path]],
 ) -> None:
     url, credentials = server
 
@@ -315,7 +356,7 @@ def test_the_controller_appends_to_the_metadata_log_and_the_broker_follows_it(
 
 
 @pytest.mark.parametrize("role", [Role.CLIENT, Role.ADMIN])
-def test_a_client_reads_the_event_store(server: tuple[str, dict[Role, Path]], role: Role) -> None:
+def test_a_client_reads_the_event_store(server: tuple[str, dict[str, Path]], role: Role) -> None:
     url, credentials = server
 
     async def scenario() -> int:
@@ -333,7 +374,7 @@ def test_a_client_reads_the_event_store(server: tuple[str, dict[Role, Path]], ro
 
 
 def test_the_archiver_consumes_the_event_store_with_its_durable_consumer(
-    server: tuple[str, dict[Role, Path]],
+    server: tuple[str, dict[str, Path]],
 ) -> None:
     url, credentials = server
 
@@ -358,7 +399,7 @@ def test_the_archiver_consumes_the_event_store_with_its_durable_consumer(
     assert asyncio.run(scenario())
 
 
-def test_the_controller_holds_the_lease_and_nobody_else_can_write_it(server: tuple[str, dict[Role, Path]]) -> None:
+def test_the_controller_holds_the_lease_and_nobody_else_can_write_it(server: tuple[str, dict[str, Path]]) -> None:
     url, credentials = server
 
     async def scenario() -> tuple[int, int] | None:
@@ -368,3 +409,129 @@ def test_the_controller_holds_the_lease_and_nobody_else_can_write_it(server: tup
             return holder
 
     assert asyncio.run(scenario()) == (1, 1)
+
+
+# -- issue 14, second pass: inboxes, and refused requests failing at once ------------------------------------------
+
+
+@pytest.mark.parametrize("victim", [Role.CONTROLLER, Role.ADMIN, BROKER_1])
+@pytest.mark.parametrize("reader", [Role.CLIENT, None, BROKER_2])
+def test_nobody_subscribes_to_another_users_replies(
+    server: tuple[str, dict[str, Path]], reader: str | None, victim: str
+) -> None:
+    url, credentials = server
+    inbox = user_inbox(public_keys({victim: credentials[victim]})[victim])
+
+    async def scenario() -> None:
+        async with _connected(url, credentials, reader) as (nc, errors):
+            await _refused(nc, errors, inbox, _subscribe(inbox)(nc)[1])
+
+    asyncio.run(scenario())
+
+
+def test_a_users_requests_reply_on_its_own_inbox(server: tuple[str, dict[str, Path]]) -> None:
+    """The admin's request carries a reply subject under its own inbox, which no other user may read."""
+    url, credentials = server
+    subject = controller_api(C, ControllerApi.CREATE_TOPICS)
+
+    async def scenario() -> str:
+        async with _connected(url, credentials, Role.CONTROLLER) as (service, _):
+            replies: list[str] = []
+
+            async def answer(msg: Any) -> None:
+                replies.append(msg.reply)
+                await msg.respond(b"ok")
+
+            await service.subscribe(subject, cb=answer)
+            await service.flush()
+            async with _connected(url, credentials, Role.ADMIN) as (nc, errors):
+                await nc.request(subject, b"", timeout=REPLY_TIMEOUT_S)
+                assert errors == []
+            return replies[0]
+
+    admin_key = public_keys({Role.ADMIN: credentials[Role.ADMIN]})[Role.ADMIN]
+    assert asyncio.run(scenario()).startswith(f"_INBOX_{admin_key}.")
+
+
+REFUSED_REQUESTS = [
+    (Role.CLIENT, controller_api(C, ControllerApi.CREATE_TOPICS), False),
+    (None, controller_api(C, ControllerApi.ALTER_PARTITION), False),
+    (BROKER_2, metadata_subject(C), True),  # a JetStream publish is a request too
+    (Role.ARCHIVER, f"$JS.API.STREAM.DELETE.{METADATA}", False),
+]
+
+
+@pytest.mark.parametrize(("role", "subject", "jetstream"), REFUSED_REQUESTS)
+def test_a_refused_request_fails_at_once_naming_its_subject(
+    server: tuple[str, dict[str, Path]], role: str | None, subject: str, jetstream: bool
+) -> None:
+    """With a timeout far beyond the test's own, the request must end by the server's refusal, not by it."""
+    url, credentials = server
+
+    async def scenario() -> PermissionRefused:
+        settings = NatsSettings(url=url, credentials_file=None if role is None else credentials[role])
+        nc = await connect(settings)
+        try:
+            with pytest.raises(PermissionRefused) as refused:
+                if jetstream:
+                    await nc.jetstream(timeout=3600).publish(subject, b"forged")
+                else:
+                    await nc.request(subject, b"forged", timeout=3600)
+            return refused.value
+        finally:
+            await nc.close()
+
+    error = asyncio.run(asyncio.wait_for(scenario(), REPLY_TIMEOUT_S * 6))
+    assert error.subject == subject
+    assert str(error) == f'NATS refused to publish to "{subject}" (permissions violation)'
+
+
+def test_an_allowed_request_nobody_answers_is_not_called_refused(server: tuple[str, dict[str, Path]]) -> None:
+    url, credentials = server
+
+    async def scenario() -> None:
+        nc = await connect(NatsSettings(url=url, credentials_file=credentials[Role.ADMIN]))
+        try:
+            with pytest.raises(nats.errors.NoRespondersError):
+                await nc.request(controller_api(C, ControllerApi.ELECT_LEADERS), b"", timeout=REPLY_TIMEOUT_S)
+        finally:
+            await nc.close()
+
+    asyncio.run(scenario())
+
+
+def _nats_auth(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "hightide.client.cli", "nats-auth", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_nats_auth_makes_a_user_per_broker_and_keeps_the_earlier_ones(tmp_path: Path) -> None:
+    out = tmp_path / "auth"
+    first = _nats_auth("--out", str(out), "--cluster-id", C, "--broker-ids", "2,1")
+    assert first.returncode == 0, first.stderr
+    users = [line.split("\t")[0] for line in first.stdout.splitlines()]
+    assert users == [*Role, BROKER_1, BROKER_2, "nats-server"]
+    seeds = {path.name: path.read_text() for path in out.glob("*.creds")}
+    assert all(stat.S_IMODE((out / name).stat().st_mode) == 0o600 for name in seeds)
+    again = _nats_auth("--out", str(out), "--cluster-id", C, "--broker-ids", "3")
+    assert again.returncode == 0, again.stderr
+    assert {name: (out / name).read_text() for name in seeds} == seeds  # kept, not remade
+    keys = public_keys({path.stem: path for path in out.glob("*.creds")})
+    assert set(keys) == {*Role, BROKER_1, BROKER_2, broker_user(3)}
+    conf = (out / "auth.conf").read_text()
+    for user, key in keys.items():
+        assert conf.count(f'nkey: "{key}"') == 1, user
+        assert f"# {user}\n" in conf
+    seed_lines = [line for text in seeds.values() for line in text.split() if line.startswith("SU")]
+    assert len(seed_lines) == len(seeds) == len(Role) + 2
+    assert not any(seed in conf for seed in seed_lines), "auth.conf holds a secret"
+
+
+@pytest.mark.parametrize("ids", ["x", "1,-2", "1;2"])
+def test_nats_auth_refuses_bad_broker_ids_in_one_line(tmp_path: Path, ids: str) -> None:
+    refused = _nats_auth("--out", str(tmp_path / "auth"), "--broker-ids", ids)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        f"hightide nats-auth: error: --broker-ids takes comma-separated broker ids (0 or more), not {ids!r}"
+    ]
+    assert not (tmp_path / "auth").exists()

@@ -58,7 +58,7 @@ from hightide.protocol.subjects import (
     controller_api,
     metadata_stream,
 )
-from hightide.runtime.nats import credentials_seed
+from hightide.runtime.nats import credentials_seed, nkey_inbox_prefix
 
 pytestmark = pytest.mark.slow
 
@@ -236,7 +236,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         )
         admin = Admin(conn)
         seed = credentials_seed(broker) if broker is not None else None
-        nc = loop.run_until_complete(nats.connect(state.nats_url, name="fuzzer", nkeys_seed_str=seed))
+        inbox = {} if seed is None else {"inbox_prefix": nkey_inbox_prefix(seed)}  # its own inbox (issue 14)
+        nc = loop.run_until_complete(nats.connect(state.nats_url, name="fuzzer", nkeys_seed_str=seed, **inbox))
         epochs = loop.run_until_complete(poll(lambda: active_broker_epochs(admin), "three active brokers"))
         loop.run_until_complete(preload(conn, admin))
         # Restart partition 0's leader (a clean shutdown): leadership moves, so partition 0 has a leader epoch

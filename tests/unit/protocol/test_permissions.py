@@ -24,8 +24,13 @@ from hightide.protocol.permissions import (
     EMITTERS,
     Role,
     authorization_block,
+    broker_user,
     role_permissions,
     subject_matches,
+    user_inbox,
+    user_inbox_prefix,
+    user_permissions,
+    user_role,
 )
 from hightide.protocol.subjects import BrokerApi, ControllerApi
 
@@ -162,5 +167,40 @@ def test_the_server_block_names_each_user_by_public_key_only() -> None:
     keys = {role: f"U{role.value.upper():A<55}" for role in Role}
     block = authorization_block(C, keys, no_auth_user=Role.CLIENT)
     for key in keys.values():
-        assert block.count(key) == (2 if key == keys[Role.CLIENT] else 1)
+        assert block.count(f'nkey: "{key}"') == 1
+        assert block.count(f'"_INBOX_{key}.>"') == 1  # its own inbox
     assert block.startswith("authorization {") and f'no_auth_user: "{keys[Role.CLIENT]}"' in block
+    assert block.count('"_INBOX.>"') == 1  # the default inbox: only for connections without credentials
+
+
+# -- issue 14, second pass: a user per broker, an inbox per user -----------------------------------------------------
+
+
+def test_a_brokers_own_user_answers_and_emits_only_as_that_broker() -> None:
+    own = user_permissions(C, broker_user(2), user_inbox("UBROKER2"))
+    for api in BrokerApi:
+        assert own.may_subscribe(subjects.broker_api(C, 2, api)), api
+        assert not own.may_subscribe(subjects.broker_api(C, 1, api)), api
+        assert own.may_publish(subjects.broker_api(C, 1, api)), api  # it calls every broker (replication)
+    assert own.may_subscribe(subjects.any_broker_metadata(C))
+    assert not own.may_subscribe(f"ht.{C}.broker.*.*")
+    assert own.may_publish(subjects.events_subject(C, "broker", 2))
+    assert not own.may_publish(subjects.events_subject(C, "broker", 1))
+    assert not own.may_publish(subjects.events_subject(C, "broker", 21))
+    for api in ControllerApi:
+        assert own.may_publish(subjects.controller_api(C, api)), api
+    assert not own.may_publish(subjects.metadata_subject(C))
+    assert user_role(broker_user(2)) == (Role.BROKER, 2) and user_role("admin") == (Role.ADMIN, None)
+    with pytest.raises(ValueError, match="unknown NATS user"):
+        user_role("broker-x")
+
+
+def test_each_user_subscribes_to_its_own_inbox_only() -> None:
+    keys = {"client": "UCLIENT", "admin": "UADMIN", broker_user(1): "UBROKER1"}
+    for user, key in keys.items():
+        granted = user_permissions(C, user, user_inbox(key))
+        assert granted.may_subscribe(f"{user_inbox_prefix(key)}.abc.def")
+        for other in set(keys.values()) - {key}:
+            assert not granted.may_subscribe(f"{user_inbox_prefix(other)}.abc.def"), (user, other)
+        assert not granted.may_subscribe("_INBOX.abc.def")
+        assert not granted.may_publish(f"{user_inbox_prefix(key)}.abc.def")  # replies go by allow_responses

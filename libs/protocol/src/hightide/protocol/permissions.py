@@ -22,13 +22,25 @@ Roles (a deployment gives each process the credentials of exactly one):
 |              | metadata stream and the lease bucket (their stream info: replicas and leader)                  |
 
 Nobody may update, purge or delete a stream, or delete messages from one (that is the NATS operator's, with NATS's
-own system credentials). Requesters get their replies on `_INBOX.>`; the services that answer requests reply
-through `allow_responses` (only to the reply subject of a request they received).
+own system credentials). The services that answer requests reply through `allow_responses` (only to the reply
+subject of a request they received).
+
+Users (issue 14, second pass). A user is a role's (`controller`, `broker`, ...) or one broker's, `broker-<id>`
+(`broker_user`): a broker's own user answers only `ht.<cluster>.broker.<id>.*` and emits events only as
+`ht.<cluster>.events.broker.<id>`, so broker 2's credentials can neither serve broker 1's APIs (replica fetches
+included) nor forge its events; it still calls every broker (replication) and the controller. The role-wide
+`broker` user stays for deployments that cannot hand each process its own file. Each user gets its replies on its
+own inbox prefix, `_INBOX_<public key>` (`user_inbox`; `hightide.runtime.nats.connect` uses it for an nkey user),
+and may subscribe to nothing else of the kind, so nobody reads another user's answers. The user that a connection
+without credentials is bound to (`no_auth_user`, the local cluster's client) also keeps nats-py's default
+`_INBOX.>`: other processes' inboxes are not under it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -38,10 +50,12 @@ from hightide.protocol.subjects import (
     BrokerApi,
     ControllerApi,
     any_broker_metadata,
+    broker_api_wildcard,
     check_cluster_id,
     controller_api,
     controller_bucket,
     events_stream,
+    events_subject,
     metadata_stream,
     metadata_subject,
 )
@@ -110,8 +124,9 @@ class Permissions:
         return _allowed(subject, self.subscribe, ())
 
 
-def role_permissions(cluster_id: str) -> dict[Role, Permissions]:
-    """Every role's permissions on the cluster `cluster_id`."""
+def role_permissions(cluster_id: str, inbox: str = INBOX) -> dict[Role, Permissions]:
+    """Every role's permissions on the cluster `cluster_id`, each user getting its replies on `inbox` (a
+    deployment gives each its own: `user_permissions`)."""
     c = check_cluster_id(cluster_id)
     metadata, events, bucket = metadata_stream(c), events_stream(c), controller_bucket(c)
     kv_stream = f"KV_{bucket}"
@@ -143,7 +158,7 @@ def role_permissions(cluster_id: str) -> dict[Role, Permissions]:
                 f"$JS.API.STREAM.CREATE.{kv_stream}",
                 *emitter_stream,
             ),
-            subscribe=(INBOX, f"ht.{c}.controller.*"),
+            subscribe=(inbox, f"ht.{c}.controller.*"),
             allow_responses=True,
         ),
         Role.BROKER: Permissions(
@@ -154,7 +169,7 @@ def role_permissions(cluster_id: str) -> dict[Role, Permissions]:
                 *_consumer_user(metadata),
                 *emitter_stream,
             ),
-            subscribe=(INBOX, f"ht.{c}.broker.*.*", any_broker_metadata(c)),
+            subscribe=(inbox, f"ht.{c}.broker.*.*", any_broker_metadata(c)),
             allow_responses=True,
         ),
         Role.ARCHIVER: Permissions(
@@ -164,11 +179,11 @@ def role_permissions(cluster_id: str) -> dict[Role, Permissions]:
                 *_consumer_user(events),
                 f"$JS.API.CONSUMER.DURABLE.CREATE.{events}.{ARCHIVER_DURABLE}",
             ),
-            subscribe=(INBOX,),
+            subscribe=(inbox,),
         ),
         Role.CLIENT: Permissions(
             publish=(*callers(Role.CLIENT), *_JS_GENERAL, *events_reader),
-            subscribe=(INBOX,),
+            subscribe=(inbox,),
             deny_publish=not_the_archivers,
         ),
         Role.ADMIN: Permissions(
@@ -181,7 +196,7 @@ def role_permissions(cluster_id: str) -> dict[Role, Permissions]:
                 *_stream_reader(metadata),
                 *_stream_reader(kv_stream),
             ),
-            subscribe=(INBOX,),
+            subscribe=(inbox,),
             deny_publish=not_the_archivers,
         ),
     }
@@ -238,25 +253,87 @@ def _allowed(subject: str, allow: Iterable[str], deny: Iterable[str]) -> bool:
     return any(subject_matches(p, subject) for p in allow) and not any(subject_matches(p, subject) for p in deny)
 
 
-def authorization_block(cluster_id: str, users: Mapping[Role, str], *, no_auth_user: Role | None = None) -> str:
-    """The nats-server configuration that admits one nkey user per role (`users`: role -> public nkey, `U...`)
-    with its role's permissions, for an `include` or the end of a nats-server config file. `no_auth_user` binds
-    connections that bring no credentials to that role (the local cluster's convenience; never in production)."""
-    permissions = role_permissions(cluster_id)
+def authorization_block(cluster_id: str, users: Mapping[str, str], *, no_auth_user: Role | None = None) -> str:
+    """The nats-server configuration that admits one nkey user per role and per broker (`users`: user name, a
+    role's or `broker-<id>`, -> public nkey, `U...`) with its permissions (`user_permissions`), for an `include`
+    or the end of a nats-server config file. `no_auth_user` binds connections that bring no credentials to that
+    role's user (the local cluster's convenience; never in production)."""
     lines = ["authorization {", "  users = ["]
-    for role in Role:
-        if role not in users:
-            continue
-        granted = permissions[role]
+    for user in sorted(users, key=_user_order):
+        granted = user_permissions(cluster_id, user, user_inbox(users[user]))
+        if user == no_auth_user:  # connections without credentials use nats-py's default inbox prefix
+            granted = dataclasses.replace(granted, subscribe=(*granted.subscribe, INBOX))
         publish: dict[str, list[str]] = {"allow": list(granted.publish)}
         if granted.deny_publish:
             publish["deny"] = list(granted.deny_publish)
         body: dict[str, object] = {"publish": publish, "subscribe": {"allow": list(granted.subscribe)}}
         if granted.allow_responses:
             body["allow_responses"] = True
-        lines.append(f"    # {role.value}")
-        lines.append(f"    {{nkey: {json.dumps(users[role])}, permissions: {json.dumps(body)}}}")
+        lines.append(f"    # {user}")
+        lines.append(f"    {{nkey: {json.dumps(users[user])}, permissions: {json.dumps(body)}}}")
     lines += ["  ]", "}"]
     if no_auth_user is not None:
         lines.append(f"no_auth_user: {json.dumps(users[no_auth_user])}")
     return "\n".join(lines) + "\n"
+
+
+# -- issue 14, second pass: a user per broker, and an inbox per user -------------------------------------------------
+
+_BROKER_USER: Final = re.compile(r"broker-([0-9]+)")
+INBOX_PREFIX_ROOT: Final = "_INBOX_"
+
+
+def broker_user(broker_id: int) -> str:
+    """The name of broker `broker_id`'s own user (and of its credentials file, `<name>.creds`)."""
+    if broker_id < 0:
+        raise ValueError(f"invalid broker id {broker_id}")
+    return f"broker-{broker_id}"
+
+
+def user_role(user: str) -> tuple[Role, int | None]:
+    """The role of the user `user` and, for a broker's own user, its broker id; ValueError for another name."""
+    own = _BROKER_USER.fullmatch(user)
+    if own is not None:
+        return Role.BROKER, int(own.group(1))
+    try:
+        return Role(user), None
+    except ValueError:
+        raise ValueError(f"unknown NATS user {user!r}: a role ({', '.join(Role)}) or broker-<id>") from None
+
+
+def user_inbox(public_key: str) -> str:
+    """The inbox subjects of the nkey user `public_key`: its replies come on `_INBOX_<public key>.<...>`. A token
+    of its own, not under `_INBOX.`, so that the default prefix's `_INBOX.>` covers no user's inbox."""
+    if not public_key or not public_key.isalnum():
+        raise ValueError(f"not an nkey public key: {public_key!r}")
+    return f"{INBOX_PREFIX_ROOT}{public_key}.>"
+
+
+def user_inbox_prefix(public_key: str) -> str:
+    """nats-py's `inbox_prefix` for the nkey user `public_key` (see `user_inbox`)."""
+    return user_inbox(public_key).removesuffix(".>")
+
+
+def user_permissions(cluster_id: str, user: str, inbox: str = INBOX) -> Permissions:
+    """The permissions of `user` (a role's name, or `broker-<id>`) on the cluster `cluster_id`, replies coming to
+    it on `inbox`. A broker's own user is the role-wide broker narrowed to its id: it answers only its own APIs
+    and emits events only under its own id."""
+    role, broker_id = user_role(user)
+    granted = role_permissions(cluster_id, inbox)[role]
+    if broker_id is None:
+        return granted
+    c = check_cluster_id(cluster_id)
+    any_broker_events = f"ht.{c}.events.broker.*"
+    return dataclasses.replace(
+        granted,
+        publish=tuple(
+            events_subject(c, "broker", broker_id) if subject == any_broker_events else subject
+            for subject in granted.publish
+        ),
+        subscribe=(inbox, broker_api_wildcard(c, broker_id), any_broker_metadata(c)),
+    )
+
+
+def _user_order(user: str) -> tuple[int, int]:
+    role, broker_id = user_role(user)
+    return list(Role).index(role), -1 if broker_id is None else broker_id

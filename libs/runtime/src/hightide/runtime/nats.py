@@ -4,12 +4,20 @@ Room: libs/runtime. It owns the `nats.*` config names, their validation (a crede
 when the settings are made), the TLS context, and the connection's lifecycle callbacks (which only log). A failure
 to connect at start-up is a `NatsUnavailable` with a one-line message; after start-up nats-py reconnects on its own
 as configured. It must never print credentials: URLs are logged with their user info redacted.
+
+NATS permissions (issue 14). An nkey user (Hightide's own users: `hightide.runtime.nats_auth`) gets its replies on
+its own inbox prefix, `_INBOX_<public key>` (`hightide.protocol.permissions.user_inbox`), which is all of the inbox
+space its permissions let it subscribe to. nats-server refuses a publish the user may not make asynchronously (a
+`-ERR 'Permissions Violation for Publish to "<subject>"'` after the fact); the client `connect` returns fails every
+request waiting on an answer from that subject at once with `PermissionRefused` (one line naming the subject),
+instead of letting it run into its timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +29,7 @@ import nats.errors
 import nkeys  # type: ignore[import-untyped]
 from nats.aio.client import Client
 
+from hightide.protocol.permissions import user_inbox_prefix
 from hightide.runtime.config import ConfigError
 from hightide.runtime.logging import Logger, get_logger
 
@@ -209,7 +218,7 @@ async def connect(settings: NatsSettings, *, log: Logger | None = None) -> Clien
     """A connected client, or NatsUnavailable on the first failure at start-up (refused, timed out, not
     authorised). Once connected, nats-py reconnects as `settings` say and the callbacks log what happens."""
     url = ",".join(redact_url(server) for server in settings.servers)
-    client = Client()
+    client = RefusalAwareClient()
     callbacks = _ConnectionCallbacks(log or get_logger(__name__), url, client)
     try:
         await client.connect(**_connect_options(settings, callbacks))
@@ -258,6 +267,7 @@ def _connect_options(settings: NatsSettings, callbacks: _ConnectionCallbacks) ->
             options["user_credentials"] = str(settings.credentials_file)
         else:  # an nkey user: the server knows its public key, the seed signs the server's nonce
             options["nkeys_seed_str"] = seed
+            options["inbox_prefix"] = nkey_inbox_prefix(seed)
     if settings.user is not None:
         options["user"], options["password"] = settings.user, settings.password
     if settings.token is not None:
@@ -314,3 +324,72 @@ class _ConnectionCallbacks:
     async def on_closed(self) -> None:
         if self.phase == "started":
             self.log.info("nats closed", nats_url=self.url)
+
+
+# -- NATS permissions (issue 14, second pass): each user's inbox, and refused requests failing at once -------------
+
+
+def nkey_inbox_prefix(seed: str) -> str:
+    """The inbox prefix of the nkey user whose seed is `seed`: `_INBOX_<its public key>`."""
+    public_key: bytes = nkeys.from_seed(bytearray(seed.encode())).public_key
+    return user_inbox_prefix(public_key.decode())
+
+
+class PermissionRefused(nats.errors.Error):
+    """NATS refused this connection's user a publish: the request to `subject` gets no answer. One line. A
+    `nats.errors.Error` (not a timeout): services that retry NATS errors still do, and log this message."""
+
+    def __init__(self, subject: str) -> None:
+        super().__init__(f'NATS refused to publish to "{subject}" (permissions violation)')
+        self.subject = subject
+
+
+# nats-py lowercases the server's -ERR line before handing it on.
+_PUBLISH_REFUSED = re.compile(r'permissions violation for publish to "([^"]+)"')
+
+
+class RefusalAwareClient(Client):
+    """nats-py's client, whose waiting requests fail with PermissionRefused as soon as nats-server reports a
+    permissions violation for their subject (instead of timing out). It reads two of nats-py's private fields of
+    the request multiplexer (`_resp_sub_prefix`, `_resp_map`; nats-py is pinned by uv.lock)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # lowercased subject -> the requests awaiting its answer: token -> subject as published
+        self._waiting_by_subject: dict[str, dict[str, str]] = {}
+
+    async def publish(
+        self, subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None
+    ) -> None:
+        prefix = self._resp_sub_prefix
+        if reply and prefix is not None and reply.startswith(prefix.decode()):
+            token = reply[len(prefix) :]
+            future = self._resp_map.get(token)
+            if future is not None and not future.done():
+                key = subject.lower()
+                self._waiting_by_subject.setdefault(key, {})[token] = subject
+                future.add_done_callback(lambda _: self._forget(key, token))
+        await super().publish(subject, payload, reply=reply, headers=headers)
+
+    def _forget(self, key: str, token: str) -> None:
+        tokens = self._waiting_by_subject.get(key)
+        if tokens is not None:
+            tokens.pop(token, None)
+            if not tokens:
+                del self._waiting_by_subject[key]
+
+    async def _process_err(self, err_msg: str) -> None:
+        """A refusal that fails waiting requests is theirs to report (the error callback does not hear of it);
+        any other error goes on to nats-py (a permissions violation: to the error callback)."""
+        refused = _PUBLISH_REFUSED.search(err_msg)
+        failed = 0
+        if refused is not None:
+            for token, subject in list(self._waiting_by_subject.get(refused.group(1).lower(), {}).items()):
+                future = self._resp_map.get(token)
+                if future is not None and not future.done():
+                    future.set_exception(PermissionRefused(subject))
+                    failed += 1
+        if failed:
+            self._err = PermissionRefused(refused.group(1) if refused else "")
+            return
+        await super()._process_err(err_msg)

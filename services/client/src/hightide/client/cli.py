@@ -28,7 +28,7 @@ from hightide.protocol.errors import HightideError
 from hightide.protocol.subjects import InvalidClusterId, check_cluster_id
 from hightide.runtime.config import ConfigError
 from hightide.runtime.logging import configure_logging
-from hightide.runtime.nats import NatsUnavailable
+from hightide.runtime.nats import NatsUnavailable, PermissionRefused
 from hightide.runtime.nats_auth import AUTH_CONF, write_deployment
 
 EXIT_OK = 0
@@ -223,21 +223,42 @@ def _nats_auth_command(subparsers: Any, common: argparse.ArgumentParser) -> None
         help="make a NATS user per role: <role>.creds (0600) and auth.conf for nats-server (`include auth.conf`)",
     )
     parser.add_argument("--out", type=Path, required=True, help="directory for the files (existing .creds are kept)")
+    parser.add_argument(
+        "--broker-ids",
+        default="",
+        metavar="ID,...",
+        help="also a user per broker, broker-<id>.creds: it answers only its own APIs and emits only its own "
+        "events (comma-separated ids; the users of earlier runs are kept)",
+    )
     parser.set_defaults(run=_run_nats_auth)
+
+
+def _broker_ids(text: str) -> list[int]:
+    ids = [part.strip() for part in text.split(",") if part.strip()]
+    if not all(part.isdigit() for part in ids):
+        raise commands.UsageError(f"--broker-ids takes comma-separated broker ids (0 or more), not {text!r}")
+    return [int(part) for part in ids]
 
 
 def _run_nats_auth(args: argparse.Namespace) -> int:
     cluster_id = args.cluster_id or os.environ.get("HIGHTIDE_CLUSTER_ID") or "local"
     try:
-        paths = write_deployment(args.out, check_cluster_id(cluster_id))
+        paths = write_deployment(args.out, check_cluster_id(cluster_id), _broker_ids(args.broker_ids))
     except (InvalidClusterId, ConfigError) as error:
         raise commands.UsageError(str(error)) from None
     except OSError as error:
         raise commands.UsageError(f"cannot write to {args.out}: {error.strerror or error}") from None
-    for role, path in paths.items():
-        print(f"{role.value}\t{path}")
+    for user, path in paths.items():
+        print(f"{user}\t{path}")
     print(f"nats-server\t{args.out / AUTH_CONF}")
     return EXIT_OK
+
+
+def _refused_user(args: argparse.Namespace) -> str:
+    explicit = os.environ.get(commands.CREDENTIALS_ENV)
+    if explicit:
+        return f"as the NATS user of {explicit} ({commands.CREDENTIALS_ENV})"
+    return f"as the {commands.command_role(args).value} role"
 
 
 def _run_bench(args: argparse.Namespace) -> int:
@@ -278,6 +299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except HightideError as e:
         print(f"hightide {name}: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except PermissionRefused as e:  # NATS permissions (issue 14): the user this command connected as may not
+        print(f"hightide {name}: {e}, {_refused_user(args)}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_FAILED

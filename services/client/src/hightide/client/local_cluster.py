@@ -15,6 +15,9 @@ role's file (`nats.credentials.file`); `cluster.json` names the files (`credenti
 credentials is the `client` user (nats-server's `no_auth_user`), so a Kafka-client-like tool needs no setup on this
 machine, as with a PLAINTEXT listener; it can produce and consume, never act as a service or an admin. Against an
 external NATS (`--nats-url`) the launcher makes no users: the `nats.*` properties (`--config`) say how to connect.
+Each broker runs as its own user, `broker-<id>` (`<data-dir>/nats-auth/broker-<id>.creds`; `cluster.json` names it
+too): it answers only its own APIs and emits only its own events. `start-broker` of an id the cluster has no user
+for makes one, rewrites the nats-server configs and has every node reload them (SIGHUP) before the broker starts.
 
 `down` stops the services in the order that loses no event: brokers, then controllers (each relays its final
 events to the EVENTS stream as it stops), then the archiver once it has acknowledged everything in the stream
@@ -49,7 +52,7 @@ from typing import Any, Final
 
 import nats.errors
 
-from hightide.protocol.permissions import Role
+from hightide.protocol.permissions import Role, broker_user
 from hightide.runtime.nats import NatsSettings, NatsUnavailable, connect
 from hightide.runtime.nats_auth import CREDENTIALS_DIR, ensure_credentials, server_authorization
 
@@ -149,12 +152,19 @@ class ClusterState:
 
     kafka_listeners: dict[str, str] = field(default_factory=dict)  # broker id -> host:port (issue 15)
     nats_pids: dict[str, int] = field(default_factory=dict)  # NATS node -> pid (issue 14); nats_pid is node 1's
-    credentials: dict[str, str] = field(default_factory=dict)  # role -> credentials file (issue 14); {}: no auth
+    # user (a role, or broker-<id>) -> credentials file (issue 14); {}: no auth
+    credentials: dict[str, str] = field(default_factory=dict)
 
     def credentials_file(self, role: Role) -> Path | None:
         """The credentials file of `role`, or None when this cluster's NATS has no users of ours."""
         path = self.credentials.get(role.value)
         return None if path is None else Path(path)
+
+    def broker_credentials_file(self, broker_id: int) -> Path | None:
+        """Broker `broker_id`'s own credentials file; the role-wide broker's when it has none (a cluster.json
+        written before the per-broker users)."""
+        path = self.credentials.get(broker_user(broker_id))
+        return self.credentials_file(Role.BROKER) if path is None else Path(path)
 
     def nats_settings(self, role: Role, *, name: str, max_reconnect_attempts: int = -1) -> NatsSettings:
         """How a process of `role` connects to this cluster's NATS."""
@@ -241,8 +251,8 @@ class LocalCluster:
         nats_pids: dict[str, int] = {}
         credentials: dict[str, str] = {}
         if nats_url is None:
-            paths = ensure_credentials(self.data_dir / CREDENTIALS_DIR)
-            credentials = {role.value: str(path) for role, path in paths.items()}
+            paths = ensure_credentials(self.data_dir / CREDENTIALS_DIR, range(1, brokers + 1))
+            credentials = {str(user): str(path) for user, path in paths.items()}
             authorization = server_authorization(cluster_id, paths, no_auth_user=Role.CLIENT)
             nats_url, nats_pids = self._start_nats(nats_nodes, authorization, paths[Role.ADMIN])
         state = ClusterState(
@@ -359,9 +369,9 @@ class LocalCluster:
         )
         return process.pid
 
-    def _common(self, state: ClusterState, role: Role) -> list[str]:
+    def _common(self, state: ClusterState, role: Role, *, credentials: Path | None = None) -> list[str]:
         args = ["--nats-url", state.nats_url, "--cluster-id", state.cluster_id]
-        credentials = state.credentials_file(role)
+        credentials = credentials or state.credentials_file(role)
         if credentials is not None:
             args += ["--config", f"nats.credentials.file={credentials}"]
         for item in state.config:
@@ -399,6 +409,8 @@ class LocalCluster:
         if listener is None:  # a Kafka listener on 127.0.0.1, the same port across restarts (issue 15)
             listener = f"127.0.0.1:{free_port()}"
             state.kafka_listeners[str(broker_id)] = listener
+        if state.credentials and broker_user(broker_id) not in state.credentials:
+            self._add_broker_user(state, broker_id)
         own = ["--config", f"listeners=PLAINTEXT://{listener}"]
         own += [arg for item in config for arg in ("--config", item)]
         pid = self._spawn(
@@ -410,13 +422,33 @@ class LocalCluster:
                 str(broker_id),
                 "--data-dir",
                 str(data),
-                *self._common(state, Role.BROKER),
+                *self._common(state, Role.BROKER, credentials=state.broker_credentials_file(broker_id)),
                 *own,
             ],
         )
         state.brokers[str(broker_id)] = pid
         self.write_state(state)
         return pid
+
+    def _add_broker_user(self, state: ClusterState, broker_id: int) -> None:
+        """Make broker `broker_id`'s NATS user, put it in every node's configuration and have the nodes reload it
+        (SIGHUP), then wait until nats-server admits the new user."""
+        brokers = [int(user.removeprefix("broker-")) for user in state.credentials if user.startswith("broker-")]
+        paths = ensure_credentials(self.data_dir / CREDENTIALS_DIR, [*brokers, broker_id])
+        authorization = server_authorization(state.cluster_id, paths, no_auth_user=Role.CLIENT)
+        nodes = state.nats_pids or {"1": state.nats_pid}
+        for node, pid in nodes.items():
+            if not pid_alive(pid):
+                raise ClusterError(f"cannot add broker {broker_id}'s NATS user: nats-server node {node} is not running")
+            conf = self._nats_conf(int(node), len(nodes))
+            text = conf.read_text()
+            conf.write_text(text[: text.index("authorization {")] + authorization)
+            os.kill(pid, signal.SIGHUP)
+        state.credentials = {str(user): str(path) for user, path in paths.items()}
+        self.write_state(state)
+        settings = NatsSettings(url=state.nats_url, credentials_file=paths[broker_user(broker_id)])
+        if not _run_async(_admitted(dataclasses.replace(settings, connect_timeout_s=1), NATS_READY_TIMEOUT_S)):
+            raise ClusterError(f"nats-server did not admit broker {broker_id}'s new user after reloading its users")
 
     @property
     def lake(self) -> Path:
@@ -581,6 +613,18 @@ def nats_node_config(
     if authorization:
         lines.append(authorization.rstrip("\n"))
     return "\n".join(lines) + "\n"
+
+
+async def _admitted(settings: NatsSettings, timeout_s: float) -> bool:
+    """Whether nats-server admits `settings`' user within `timeout_s` (after a reload that added it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(NatsUnavailable):
+            nc = await connect(dataclasses.replace(settings, max_reconnect_attempts=0))
+            await nc.close()
+            return True
+        await asyncio.sleep(0.1)  # polling the server's reload, bounded by the deadline
+    return False
 
 
 def _servers(nats_url: str) -> list[str]:
