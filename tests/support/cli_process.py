@@ -1,7 +1,7 @@
-"""The `hightide` command in a process of its own, without paying the interpreter's start and the CLI's imports
-on every call (the test tiers' process start-up cost).
+"""Test support: the `hightide` command in a process of its own, without paying the interpreter's start and the
+CLI's imports on every call (the test tiers' process start-up cost).
 
-The e2e and compat tiers run `hightide ...` several thousand times, most of them inside polls (`cluster status
+The e2e and compat tiers run `hightide ...` hundreds of times, most of them inside polls (`cluster status
 --json`, `topic describe`); each run used to start a Python interpreter and import `hightide.client.cli` (0.7 s of
 CPU on an idle machine, several seconds at load 10 on 2 cores), CPU that the cluster under test was waiting for.
 Here a fork server (`multiprocessing`'s `forkserver`, started once per pytest process, the CLI imported in it)
