@@ -3,7 +3,7 @@ CLI's imports on every call (the test tiers' process start-up cost).
 
 The e2e and compat tiers run `hightide ...` hundreds of times, most of them inside polls (`cluster status
 --json`, `topic describe`); each run used to start a Python interpreter and import `hightide.client.cli` (0.7 s of
-CPU on an idle machine, several seconds at load 10 on 2 cores), CPU that the cluster under test was waiting for.
+CPU, about 10 s of wall time at load 24 on 2 cores), CPU that the cluster under test was waiting for.
 Here a fork server (`multiprocessing`'s `forkserver`, started once per pytest process, the CLI imported in it)
 forks a fresh process per call, and that process does what `python -m hightide.client.cli <args>` does after its
 imports: `sys.exit(main(args))` with stdin, stdout, stderr, the environment and the working directory of a
