@@ -59,7 +59,7 @@ system-deps:  ## system packages the tests need (Debian's chromium), installed w
 	 fi
 
 test: install java lint system-deps  ## every test tier present (what CI runs)
-	@$(RUN) pytest tests; rc=$$?; \
+	@$(RUN) pytest tests --durations=30; rc=$$?; \
 	 if [ $$rc -eq 5 ]; then echo "FAIL: pytest collected no tests; CI must not pass empty" >&2; fi; \
 	 exit $$rc
 

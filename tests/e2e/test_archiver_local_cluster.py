@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -21,13 +20,13 @@ import pytest
 from hightide.client.local_cluster import LocalCluster, pid_alive
 from hightide.lake import read_envelopes
 from hightide.protocol.envelope import Emitter
+from support.cli_process import run_cli
 
 pytestmark = pytest.mark.slow
 
 
 def hightide(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "hightide.client.cli", *args, "--data-dir", str(data_dir)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    return run_cli([*args, "--data-dir", str(data_dir)], timeout=30)
 
 
 def status(data_dir: Path, *flags: str) -> subprocess.CompletedProcess[str]:

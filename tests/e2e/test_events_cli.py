@@ -36,6 +36,7 @@ from hightide.protocol.events import (
 )
 from hightide.protocol.subjects import events_message_id, events_subject
 from hightide.runtime.event_store import ensure_events_stream
+from support.cli_process import run_cli
 from support.nats import NatsServer, free_port
 
 pytestmark = pytest.mark.slow
@@ -123,8 +124,7 @@ TEXT = """\
 
 
 def hightide(url: str, cluster_id: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "hightide.client.cli", *args, "--nats-url", url, "--cluster-id", cluster_id]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False, cwd=cwd)
+    return run_cli([*args, "--nats-url", url, "--cluster-id", cluster_id], timeout=120, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from hightide.client.local_cluster import LocalCluster
+from support.cli_process import run_cli
 
 pytestmark = pytest.mark.slow
 
 
 def hightide(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "hightide.client.cli", *args, "--data-dir", str(data_dir)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    return run_cli([*args, "--data-dir", str(data_dir)], timeout=120)
 
 
 @pytest.fixture(scope="module")

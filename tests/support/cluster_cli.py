@@ -5,21 +5,21 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hightide.client.local_cluster import LocalCluster
+from support.cli_process import run_cli
 
 
 def hightide(
     data_dir: Path, *args: str, timeout: float = 120, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """`hightide <args> --data-dir <data_dir>` in a process of its own, as a user types it."""
-    command = [sys.executable, "-m", "hightide.client.cli", *args, "--data-dir", str(data_dir)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, input=stdin, check=False)
+    """`hightide <args> --data-dir <data_dir>` in a process of its own, as a user types it (support/cli_process.py:
+    forked from a process that has the CLI imported)."""
+    return run_cli([*args, "--data-dir", str(data_dir)], timeout=timeout, stdin=stdin)
 
 
 def wait_for(condition: Callable[[], Any], deadline_s: float, what: str) -> Any:
