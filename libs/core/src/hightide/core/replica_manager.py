@@ -129,6 +129,8 @@ def _carry_out(
         try:
             outcome = storage(effect)
         except StorageRefusal as refusal:
+            for refused in manager.storage_refused(effect, refusal.error_code, str(refusal)):
+                deliver(Emit(refused))  # the fact first, whatever the manager then decides (an audit checks it)
             queue = deque(manager.on_storage_error(effect, refusal.error_code, str(refusal), list(queue), now))
             continue
         for event in outcome.events:
@@ -710,6 +712,26 @@ class ReplicaManager:
         return self._answer_parked(now) + self._send_fetches(now)
 
     # -- storage refusals ----------------------------------------------------------------------------------------
+
+    def storage_refused(self, failed: Effect, error: ErrorCode, detail: str) -> list[events.StorageRefused]:
+        """The refusal of `failed` as events, one per replica it concerns (a refused checkpoint of every log: every
+        hosted replica), reported before `on_storage_error` decides what follows."""
+        if isinstance(failed, CheckpointHighWatermarks):
+            concerned = sorted(self.replicas)
+        else:
+            assert isinstance(failed, StorageEffect), failed
+            concerned = [TopicPartition(failed.topic, failed.partition)]
+        return [
+            events.StorageRefused(
+                topic=tp.topic,
+                partition=tp.partition,
+                replica=self.id,
+                operation=type(failed).__name__,
+                error=error.name,
+                detail=detail[:256],
+            )
+            for tp in concerned
+        ]
 
     def on_storage_error(
         self, failed: Effect, error: ErrorCode, detail: str, unapplied: Sequence[Effect], now: Now

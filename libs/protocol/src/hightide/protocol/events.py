@@ -1033,3 +1033,23 @@ class LogDirReplaced(Event):
     directory_id: str
     controller_epoch: Int32 = NO_CONTROLLER_EPOCH
     metadata_offset: Int64 = NO_METADATA_OFFSET
+
+
+# -- a storage refusal as it happens (issue 12: the audit sees a replica that kept serving) --------------------------
+
+
+@catalogued
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StorageRefused(Event):
+    """A broker's storage refused `operation` (the storage effect's name: AppendAsLeader, AppendAsFollower,
+    Truncate, CheckpointHighWatermarks, ...) on this replica's log; `error` is a Kafka error name and `detail` what
+    storage said. Emitted when the refusal happens, before the broker decides what follows (a refused checkpoint of
+    every log: one for each replica it hosts). What must follow is ReplicaOffline: until it, the replica may serve
+    nothing (`storage_refusal_takes_replica_offline`)."""
+
+    topic: str
+    partition: Int32
+    replica: Int32
+    operation: str
+    error: str
+    detail: str

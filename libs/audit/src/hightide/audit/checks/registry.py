@@ -17,7 +17,7 @@ from hightide.audit.history import History
 
 Check = Callable[[History], Iterable[Finding]]
 PACKAGE: Final = "hightide.audit.checks"
-GROUPS: Final = ("sequences", "metadata", "high_watermark", "commits", "clients", "groups")
+GROUPS: Final = ("sequences", "metadata", "high_watermark", "commits", "clients", "groups", "storage")
 
 
 def all_checks() -> dict[str, Check]:
