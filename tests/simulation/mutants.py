@@ -1,7 +1,8 @@
 """Known-bad variants of the protocol, each of which the simulator must catch: proof that its checks can fail.
 
 Each mutant changes one rule, the way a plausible bug or an old Kafka version would, by overriding one small
-method of the real Partition or ReplicaManager (or one controller or simulation setting). None of them is used
+method of the real Partition or ReplicaManager (or one controller or simulation setting, or the producers' send
+rules). None of them is used
 outside the mutant tests.
 """
 

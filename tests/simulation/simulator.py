@@ -7,7 +7,9 @@ invariants of tests/simulation/invariants.py. The same seed gives the same run, 
 network heals, crashed nodes restart, and the run must converge: one leader per partition, full ISRs,
 identical logs (from the latest log start on), every acks=all acknowledgement present (unless retention deleted it).
 
-The protocol code is the real one (hightide.core): the simulator only carries out its effects. Each broker has a
+The protocol code is the real one (hightide.core): the simulator only carries out its effects. The producers too
+drive the client's own send rules (hightide.core.idempotent_producer) with up to five batches of a partition
+outstanding, retried in order with their sequences across failovers and lost answers. Each broker has a
 wall clock of its own (skewed from true time, and it jumps) and a monotonic clock counting from a random origin far
 from it. The topic is created with small segments and a short retention (`SimConfig.topic_configs`), so each
 broker's memory disk rolls segments and deletes them with the storage engine's rules at that broker's wall time,

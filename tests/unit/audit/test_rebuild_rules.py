@@ -7,6 +7,7 @@ history that contradicts itself is reported as an anomaly naming the event.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from hightide.audit.rebuild import ClusterState, PartitionState, ReplicaState, rebuild
@@ -213,6 +214,23 @@ def test_an_offline_replica_leaves_the_live_set_until_its_broker_reopens_it() ->
     )
     assert details(rebuild(emitted(broker(), 1_000, opened(), appended(0, 4), wrong))) == [
         "ReplicaOffline: LEO is 9 in the event but 5 in the history"
+    ]
+
+
+def test_a_replica_whose_log_could_not_be_created_goes_offline_without_an_anomaly() -> None:
+    """Given a broker whose full disk refuses to create a newly assigned replica's log (found by the simulation once
+    its producers kept five batches in flight: a reassignment onto a broker whose disk had just filled up), when it
+    reports that replica offline at LEO 0 with no LogOpened before, then nothing is open and nothing contradicts; an
+    unopened replica said to be offline at another LEO still is an anomaly."""
+    refused = events.ReplicaOffline(
+        topic=T, partition=0, replica=1, log_end_offset=0, error="KAFKA_STORAGE_ERROR", detail="CreateLog refused"
+    )
+    state = rebuild(emitted(broker(), 1_000, refused))
+    assert (state.replicas, state.anomalies) == ({}, ())
+    wrong = dataclasses.replace(refused, log_end_offset=3)
+    assert details(rebuild(emitted(broker(), 1_000, wrong))) == [
+        "ReplicaOffline: replica ('orders', 0, 1) was never opened (or was deleted)",
+        "ReplicaOffline: LEO is 3 in the event but 0 in the history",
     ]
 
 

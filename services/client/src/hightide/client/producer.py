@@ -31,7 +31,7 @@ Room: services/client. Kafka's KafkaProducer, reduced to what Hightide serves to
   partition (Kafka's waitOnMetadata: a broker that has just restarted may call a live topic unknown); a record
   over `max.request.size` is refused.
 
-The send rules (sequences, the window, which answers are retried, expiry, outcomes in order) are
+The send rules (sequences, the window, which answers are retried and in what order, expiry, outcomes) are
 `hightide.core.idempotent_producer`'s, which the simulation drives too; this module is their wiring: one task per
 partition that waits (linger, backoff, answers) and carries out what the rules say, the connection, the futures.
 """
