@@ -112,6 +112,14 @@ def start_producer(cluster: LocalCluster, topic: str, count: int, rate: int, *ex
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def fenced_on_session_timeout(cluster: LocalCluster, broker: int) -> list[dict[str, Any]]:
+    """The controller's BrokerFenced events for `broker` with reason session_timeout, from the event store."""
+    result = hightide(cluster.data_dir, "events", "tail", "--type", "BrokerFenced", "--format", "json", timeout=60)
+    assert result.returncode == 0, result.stderr
+    fenced = [json.loads(line) for line in result.stdout.splitlines()]
+    return [e for e in fenced if e["event"]["broker"] == broker and e["event"]["reason"] == "session_timeout"]
+
+
 def leader_pid(cluster: LocalCluster, topic: str) -> tuple[int, int]:
     leader = int(describe(cluster, topic)[0]["Leader"])
     state = cluster.read_state()
@@ -131,12 +139,16 @@ def kill_the_leader_under_a_verifiable_producer(cluster: LocalCluster, topic: st
     time.sleep(1.0)  # let the producer get going: this is the workload's timing, not synchronisation
     isr_before = isr_of(cluster, topic)
     old_leader, pid = leader_pid(cluster, topic)
-    killed_at = time.monotonic()
+    fenced_before = len(fenced_on_session_timeout(cluster, old_leader))
     os.kill(pid, signal.SIGKILL)
-    new_leader = wait_for(lambda: leader_other_than(cluster, topic, old_leader), SESSION_TIMEOUT_S + 10, "a leader")
-    elected_after_s = time.monotonic() - killed_at
+    new_leader = wait_for(lambda: leader_other_than(cluster, topic, old_leader), SESSION_TIMEOUT_S + 30, "a leader")
     assert new_leader in isr_before, f"the new leader {new_leader} was not in the ISR {isr_before}"
-    assert elected_after_s <= SESSION_TIMEOUT_S + 1 + 3  # + the describe polling's own latency
+    # The leader moved because the controller fenced the dead broker when its session expired (not, say, on a
+    # controlled shutdown). How fast that happens is `hightide bench --workload failover`'s figure, not a test's.
+    fenced = wait_for(
+        lambda: fenced_on_session_timeout(cluster, old_leader)[fenced_before:], 30, "its BrokerFenced(session_timeout)"
+    )
+    assert len(fenced) == 1, fenced
     out, err = producer.communicate(timeout=180)
     acks = [json.loads(line) for line in out.splitlines()]
     acknowledged = [a for a in acks if a["error"] is None]
