@@ -2,12 +2,13 @@
 
 Room: services/history. Same names, same findings row for row as the plain-Python specification, whose docstrings
 state each rule and its source (and why wall_ms order between a client and a broker is sound, and where not). Here:
-DataFrame operations and window functions only. A topic's life is a running count of its TopicDeleted events
-ordered by wall_ms (an event at the same wall_ms as a deletion belongs to the life before it).
+DataFrame operations and window functions only. A topic's life is how many of its TopicDeleted events came before
+by wall_ms (an event at the same wall_ms as a deletion belongs to the life before it), computed once per lake frame.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Final
 
@@ -30,13 +31,34 @@ ROLE_EVENTS: Final = {
 
 def with_lives(events_frame: DataFrame) -> DataFrame:
     """The events (of `read_lake`) with `life`: how many TopicDeleted events of the event's topic have a wall_ms
-    before its own (only events with a topic). Each check computes it once and reads every event type from it."""
-    deleted = (F.col("type") == events.TopicDeleted.TYPE).cast("int")
-    # A deletion sorts after the other events of its wall_ms, so only earlier deletions count (the window's frame
-    # runs to the current row's peers, which are not deletions).
-    running = Window.partitionBy("topic").orderBy("wall_ms", "_deleted")
-    marked = events_frame.where(F.col("topic").isNotNull()).withColumn("_deleted", deleted)
-    return marked.withColumn("life", F.sum("_deleted").over(running) - F.col("_deleted")).drop("_deleted")
+    before its own (only events with a topic). Computed once per events frame; every check reads its types from it."""
+    held = _LIVED.get(events_frame)
+    if held is None:
+        held = _LIVED[events_frame] = _with_lives(events_frame)
+    return held
+
+
+_LIVED: weakref.WeakKeyDictionary[DataFrame, DataFrame] = weakref.WeakKeyDictionary()
+
+
+def forget(events_frame: DataFrame) -> None:
+    """Drop the lives computed for `events_frame` (see `commits.forget`)."""
+    _LIVED.pop(events_frame, None)
+
+
+def _with_lives(events_frame: DataFrame) -> DataFrame:
+    # Deletions are few: each topic's deletion times go to every task (a broadcast), and an event counts those
+    # before it, so no event is shuffled or sorted. A deletion comes after the other events of its wall_ms, so a
+    # deletion counts the deletions at or before its wall_ms, itself excepted; any other event those before it.
+    deleted = F.col("type") == events.TopicDeleted.TYPE
+    times = events_frame.where(deleted).groupBy("topic").agg(F.collect_list("wall_ms").alias("_deleted_ms"))
+    marked = events_frame.where(F.col("topic").isNotNull()).join(F.broadcast(times), "topic", "left")
+    earlier = F.filter(
+        F.coalesce("_deleted_ms", F.array().cast("array<bigint>")),
+        lambda at: (at < F.col("wall_ms")) | (deleted & (at == F.col("wall_ms"))),
+    )
+    life = (F.size(earlier) - deleted.cast("int")).cast("bigint")
+    return marked.select(*events_frame.columns, life.alias("life"))
 
 
 def typed(lived: DataFrame, event_class: type[events.Event]) -> DataFrame:
