@@ -30,11 +30,11 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from hightide.history.audit import run_audit
-from hightide.history.events import read_lake
 from hightide.history.generate import generate_lake
-from hightide.history.rebuild import timelines
-from hightide.history.rebuild_cli import spark_session
-from hightide.history.snapshot import lake_files, rebuild_at, write_snapshots
+from hightide.history.rebuild import ordered, timelines
+from hightide.history.rebuild_cli import spark_session, state_at
+from hightide.history.snapshot import lake_files, read_rows, write_snapshots
+from hightide.lake.layout import scan_lake
 
 DEFAULT_SIZES: Final = (1_000_000, 4_000_000, 10_000_000)
 EVENTS_PER_HOUR: Final = 250_000
@@ -65,8 +65,9 @@ def bench_size(spark: SparkSession, lake: Path, events: int) -> dict[str, Any]:
     _progress(f"{written:,} events generated in {figures['generate_s']:.1f} s")
 
     def rebuild() -> None:
-        # The ordered events feed both timelines and the epoch fold's broadcast side: read and ordered once.
-        events = read_lake(spark, lake).persist(StorageLevel.MEMORY_AND_DISK)
+        # As `rebuild --out` reads the lake (`rebuild_cli.write_timelines`): the rebuild's own ordering (the audit's
+        # `read_lake` also finds clashing copies, which the rebuild does not need), read and ordered once.
+        events = ordered(read_rows(spark, lake, scan_lake(lake).files)).persist(StorageLevel.MEMORY_AND_DISK)
         replicas, partitions = timelines(events)
         _compute(replicas)
         _compute(partitions)
@@ -82,10 +83,8 @@ def bench_size(spark: SparkSession, lake: Path, events: int) -> dict[str, Any]:
     last_ms = (max(by_hour) + 1) * 3_600_000 - 1
 
     def at_from_snapshot() -> None:
-        state = rebuild_at(spark, lake, last_ms)
-        figures["at_snapshot_hour"] = state.snapshot_hour
-        state.replicas.collect()
-        state.partitions.collect()
+        # What `hightide history rebuild --at` computes: the state and the controller's lists.
+        figures["at_snapshot_hour"] = state_at(spark, lake, last_ms, None, use_snapshots=True)["snapshot_hour"]
 
     figures["at_from_snapshot_s"] = _timed(at_from_snapshot)
     return figures
