@@ -559,19 +559,34 @@ def _same_scope(scope: Scope, prefix: str) -> Column:
     return condition
 
 
-def ordered(lake_rows: DataFrame, scope: Scope = ()) -> DataFrame:
-    """`hightide.history.events.with_order` within each scope: duplicates dropped, `incarnation_start`,
-    `position` and `event_id` added."""
-    unique = lake_rows.dropDuplicates([*scope, "service", "emitter_id", "incarnation", "sequence"])
-    incarnation = Window.partitionBy(*scope, "service", "emitter_id", "incarnation")
+def ordered(lake_rows: DataFrame, scope: Scope = (), starts: DataFrame | None = None) -> DataFrame:
+    """`hightide.history.events.with_order` within each scope: duplicates dropped (the first archived copy, lowest
+    stream sequence, is kept), `incarnation_start`, `position` and `event_id` added. `starts` (service, emitter_id,
+    incarnation, incarnation_start), when given, says when incarnations seen earlier started (a snapshot's).
+
+    One shuffle of the rows, by emitter: the incarnation starts are a small aggregate broadcast back to the rows, and
+    in the emitter's order the copies of one event are neighbours, so a `lag` drops them and the same sorted
+    partition numbers the rest (a `dropDuplicates` and a window per incarnation cost two more shuffles of every
+    row with its payload, most of the rebuild's time)."""
+    incarnation_key = [*scope, "service", "emitter_id", "incarnation"]
+    # The first event by sequence (a long ordering aggregates by hash; a struct one sorted every row); copies of one
+    # event share its sequence and wall_ms.
+    seen = lake_rows.groupBy(*incarnation_key).agg(F.min_by("wall_ms", "sequence").alias("_seen_start"))
+    start: Column = F.col("_seen_start")
+    if starts is not None:
+        known = starts.select("service", "emitter_id", "incarnation", F.col("incarnation_start").alias("_known_start"))
+        seen = seen.join(known, ["service", "emitter_id", "incarnation"], "left")
+        start = F.coalesce(F.col("_known_start"), start)
+    started = seen.select(*incarnation_key, start.alias("incarnation_start"))
+    with_start = lake_rows.join(F.broadcast(started), incarnation_key)
     emitter = Window.partitionBy(*scope, "service", "emitter_id").orderBy(
-        "incarnation_start", "incarnation", "sequence"
+        "incarnation_start", "incarnation", "sequence", "stream_sequence"
     )
-    return (
-        unique.withColumn("incarnation_start", F.min_by("wall_ms", "sequence").over(incarnation))
-        .withColumn("position", F.row_number().over(emitter) - 1)
-        .withColumn("event_id", event_id_column())
+    copy = (F.lag("incarnation").over(emitter) == F.col("incarnation")) & (
+        F.lag("sequence").over(emitter) == F.col("sequence")
     )
+    unique = with_start.withColumn("_copy", F.coalesce(copy, F.lit(False))).where(~F.col("_copy")).drop("_copy")
+    return unique.withColumn("position", F.row_number().over(emitter) - 1).withColumn("event_id", event_id_column())
 
 
 def state_at(lake_rows: DataFrame, at_ms: int) -> tuple[DataFrame, DataFrame]:

@@ -30,7 +30,7 @@ from hightide.history.audit_cli import master_url
 from hightide.lake.layout import HOUR_MS, LakeError
 
 if TYPE_CHECKING:  # Spark loads only when a command runs: every `hightide` call builds this parser
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -147,7 +147,8 @@ def state_at(spark: SparkSession, lake: Path, at_ms: int, topic: str | None, use
         )
     for partition in held.values():
         partition["replica_states"].sort(key=lambda replica: replica["replica"])
-    offline, abandoned = controller_lists(spark, lake, at_ms, topic)
+    offline, abandoned = controller_lists(rebuilt.controller, topic)
+    rebuilt.release()
     for key, marked in offline.items():
         partition = held.setdefault(key, {"topic": key[0], "partition": key[1], "replica_states": []})
         partition["offline_replicas"] = marked
@@ -164,19 +165,16 @@ def state_at(spark: SparkSession, lake: Path, at_ms: int, topic: str | None, use
 
 
 def controller_lists(
-    spark: SparkSession, lake: Path, at_ms: int, topic: str | None
+    controller: DataFrame, topic: str | None
 ) -> tuple[dict[tuple[str, int], list[int]], list[dict[str, Any]]]:
-    """(each partition's replicas marked offline at `at_ms`, the controller decisions abandoned by then), as
-    `hightide.audit.rebuild` lists them. Both come from the controllers' events alone (few: no snapshot needed),
-    folded from the beginning up to the instant."""
+    """(each partition's replicas marked offline at the instant, the controller decisions abandoned by then), as
+    `hightide.audit.rebuild` lists them, from the controller service's lake rows up to the instant (few; a snapshot
+    holds them, so these are not read from the whole lake)."""
     from pyspark.sql import functions as F  # noqa: PLC0415 (Spark only when a command runs)
 
     from hightide.history.rebuild import abandoned_intents, offline_replicas, ordered  # noqa: PLC0415
-    from hightide.history.snapshot import lake_files, read_rows  # noqa: PLC0415
 
-    parts = [part for hour, found in lake_files(lake).items() if hour <= at_ms // HOUR_MS for part in found]
-    rows = read_rows(spark, lake, parts).where((F.col("wall_ms") <= at_ms) & (F.col("service") == "controller"))
-    events = ordered(rows).cache()
+    events = ordered(controller).cache()
     offline = offline_replicas(events)
     intents = abandoned_intents(events)
     if topic is not None:

@@ -6,11 +6,16 @@ event with wall_ms < H needs to go on exactly:
 ```
 LAKE/_snapshots/hour=N/_manifest.json     the lake files it folded (hour directories < N), written last
 LAKE/_snapshots/hour=N/replicas/          each live replica's LEO, HW, log start offset and epoch cache
-LAKE/_snapshots/hour=N/metadata/          the controller-side events themselves (lake rows): few, and the
-                                          partition fold must see them all (a later takeover abandons an
+LAKE/_snapshots/hour=N/metadata/          the controller-side events themselves (lake rows: every event of
+                                          the controller types, and every event a controller emitted): few,
+                                          and the partition fold and the controller's lists (offline replicas,
+                                          abandoned intents) must see them all (a later takeover abandons an
                                           earlier controller's intents after the fact)
 LAKE/_snapshots/hour=N/incarnations/      each emitter incarnation's first wall_ms and last sequence before H
 ```
+
+The manifest says the snapshot's `format`: one of an older format (metadata of the controller types only) is not
+used, and the job writes it again.
 
 `_snapshots` is hidden (`hightide.lake.layout.scan_lake` reads only `date=` directories), so the lake stays valid.
 The job is idempotent: a snapshot whose manifest names exactly the lake's files before its hour is kept; any other
@@ -40,16 +45,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from hightide.history.events import LAKE_SCHEMA, event_id_column
-from hightide.history.rebuild import CONTROLLER_TYPES, EPOCHS_TYPE, Rebuilt, final_states, rebuild_frames
+from hightide.history.events import LAKE_SCHEMA
+from hightide.history.rebuild import CONTROLLER_TYPES, EPOCHS_TYPE, Rebuilt, final_states, ordered, rebuild_frames
 from hightide.lake.layout import HOUR_MS, PartFile, scan_lake
 from hightide.protocol import events as ev
 
 SNAPSHOTS_DIR: Final = "_snapshots"
+SNAPSHOT_FORMAT: Final = 2  # 2: metadata holds the controller service's events too (1 had no `format` key)
+CONTROLLER_SERVICE: Final = "controller"
 MANIFEST: Final = "_manifest.json"
 _HOUR_DIR: Final = re.compile(r"hour=(\d+)")
 _LAKE_HOUR: Final = re.compile(r"date=(\d{4})-(\d{2})-(\d{2})/hour=(\d{2})")
@@ -80,6 +88,7 @@ class Snapshot:
     hour: int
     directory: Path
     files: frozenset[str]  # the lake files folded, relative to the lake
+    format: int = SNAPSHOT_FORMAT
 
     @property
     def boundary_ms(self) -> int:
@@ -143,8 +152,8 @@ def snapshots(lake: Path) -> list[Snapshot]:
         manifest = directory / MANIFEST
         if match is None or not manifest.is_file():
             continue
-        files = json.loads(manifest.read_text())["files"]
-        found.append(Snapshot(int(match.group(1)), directory, frozenset(files)))
+        written = json.loads(manifest.read_text())
+        found.append(Snapshot(int(match.group(1)), directory, frozenset(written["files"]), written.get("format", 1)))
     return sorted(found, key=lambda snapshot: snapshot.hour)
 
 
@@ -155,7 +164,7 @@ def latest_valid(lake: Path, at_ms: int, by_hour: dict[int, list[PartFile]]) -> 
         if snapshot.boundary_ms > at_ms + 1:
             continue
         before = [part for hour, parts in by_hour.items() if hour < snapshot.hour for part in parts]
-        if _relative(lake, before) == snapshot.files:
+        if snapshot.format == SNAPSHOT_FORMAT and _relative(lake, before) == snapshot.files:
             return snapshot
     return None
 
@@ -172,29 +181,28 @@ def load(spark: SparkSession, snapshot: Snapshot) -> Snapshotted:
 # -- folding on from a snapshot -------------------------------------------------------------------------------------
 
 
-def continued(rows: DataFrame, held: Snapshotted | None, boundary_ms: int) -> Rebuilt:
-    """The timelines of the snapshot's state followed by `rows` (lake rows at or after its boundary)."""
+@dataclass(frozen=True, slots=True)
+class Continued:
+    frames: Rebuilt
+    events: DataFrame  # the ordered events the folds read
+
+
+def continued(rows: DataFrame, held: Snapshotted | None, boundary_ms: int, persist: bool = False) -> Continued:
+    """The timelines of the snapshot's state followed by `rows` (lake rows at or after its boundary); `persist`
+    keeps the ordered events for both folds (the state at an instant computes both)."""
     if held is None:
-        return rebuild_frames(ordered_with_starts(rows, None))
-    everything = rows.unionByName(held.metadata)
-    ordered = ordered_with_starts(everything, held.incarnations)
-    return rebuild_frames(ordered.unionByName(_opened_rows(held.replicas, ordered, boundary_ms)))
+        events = ordered_with_starts(rows, None)
+    else:
+        events = ordered_with_starts(rows.unionByName(held.metadata), held.incarnations)
+        events = events.unionByName(_opened_rows(held.replicas, events, boundary_ms))
+    if persist:
+        events = events.persist(StorageLevel.MEMORY_AND_DISK)
+    return Continued(rebuild_frames(events), events)
 
 
 def ordered_with_starts(rows: DataFrame, incarnations: DataFrame | None) -> DataFrame:
     """`hightide.history.events.with_order`, where an incarnation a snapshot saw starts when the snapshot says."""
-    unique = rows.dropDuplicates(["service", "emitter_id", "incarnation", "sequence"])
-    incarnation = Window.partitionBy("service", "emitter_id", "incarnation")
-    start: Column = F.min_by("wall_ms", "sequence").over(incarnation)
-    if incarnations is not None:
-        known = incarnations.select("service", "emitter_id", "incarnation", F.col("incarnation_start").alias("_start"))
-        unique = unique.join(F.broadcast(known), ["service", "emitter_id", "incarnation"], "left")
-        start = F.coalesce(F.col("_start"), start)
-    emitter = Window.partitionBy("service", "emitter_id").orderBy("incarnation_start", "incarnation", "sequence")
-    with_start = unique.withColumn("incarnation_start", start)
-    if incarnations is not None:
-        with_start = with_start.drop("_start")
-    return with_start.withColumn("position", F.row_number().over(emitter) - 1).withColumn("event_id", event_id_column())
+    return ordered(rows, (), incarnations)
 
 
 def _opened_rows(replicas: DataFrame, like: DataFrame, boundary_ms: int) -> DataFrame:
@@ -231,6 +239,12 @@ def _opened_rows(replicas: DataFrame, like: DataFrame, boundary_ms: int) -> Data
     return replicas.select(*columns)
 
 
+def _controller_side() -> Column:
+    """The lake rows a snapshot keeps whole: the controller types' (the partition fold's) and every event of the
+    controller service (`controller_lists`')."""
+    return F.col("type").isin(*CONTROLLER_TYPES) | (F.col("service") == CONTROLLER_SERVICE)
+
+
 def clock_went_back(rows: DataFrame, held: Snapshotted) -> bool:
     """An event read after the boundary that its incarnation's events before it should have followed."""
     last = held.incarnations.select("service", "emitter_id", "incarnation", "last_sequence")
@@ -252,7 +266,7 @@ def write_snapshots(spark: SparkSession, lake: Path) -> list[int]:
     for boundary in hours[1:]:
         before = [part for hour, parts in by_hour.items() if hour < boundary for part in parts]
         existing = next((s for s in snapshots(lake) if s.hour == boundary), None)
-        if existing is not None and existing.files == _relative(lake, before):
+        if existing is not None and existing.format == SNAPSHOT_FORMAT and existing.files == _relative(lake, before):
             held, previous = load(spark, existing), boundary
             continue
         step = [part for hour, parts in by_hour.items() if previous <= hour < boundary for part in parts]
@@ -265,9 +279,8 @@ def write_snapshots(spark: SparkSession, lake: Path) -> list[int]:
 def _write(
     spark: SparkSession, lake: Path, hour: int, rows: DataFrame, held: Snapshotted | None, files: frozenset[str]
 ) -> Snapshotted:
-    rebuilt = continued(rows, held, hour * HOUR_MS)
-    replicas, _ = final_states(rebuilt)
-    metadata = rows.where(F.col("type").isin(*CONTROLLER_TYPES))
+    replicas, _ = final_states(continued(rows, held, hour * HOUR_MS).frames)
+    metadata = rows.where(_controller_side())
     seen = rows.groupBy("service", "emitter_id", "incarnation").agg(
         F.min_by("wall_ms", "sequence").alias("incarnation_start"), F.max("sequence").alias("last_sequence")
     )
@@ -289,7 +302,7 @@ def _write(
     replicas.select(*REPLICAS_SCHEMA.fieldNames()).coalesce(1).write.parquet(str(temporary / "replicas"))
     metadata.coalesce(1).write.parquet(str(temporary / "metadata"))
     seen.coalesce(1).write.parquet(str(temporary / "incarnations"))
-    (temporary / MANIFEST).write_text(json.dumps({"hour": hour, "files": sorted(files)}))
+    (temporary / MANIFEST).write_text(json.dumps({"hour": hour, "format": SNAPSHOT_FORMAT, "files": sorted(files)}))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(temporary, final)
     return load(spark, Snapshot(hour, final, files))
@@ -304,23 +317,34 @@ class RebuiltAt:
     partitions: DataFrame
     snapshot_hour: int | None  # None: folded from the beginning
     note: str  # why a snapshot was not used, when one was not
+    controller: DataFrame  # the controller service's lake rows up to the instant (`hightide.history.rebuild_cli`)
+    events: DataFrame  # the ordered events both folds read, persisted: `release` frees them
+
+    def release(self) -> None:
+        self.events.unpersist()
 
 
 def rebuild_at(spark: SparkSession, lake: Path, at_ms: int, use_snapshots: bool = True) -> RebuiltAt:
-    """The state the events with wall_ms <= `at_ms` leave, from the latest valid snapshot when there is one."""
+    """The state the events with wall_ms <= `at_ms` leave, from the latest valid snapshot when there is one: then
+    only the hour directories from the snapshot's to the instant's are read (pruned by name, never filtered from the
+    whole lake), so the cost grows with the events since the snapshot (and the controller's few), not the history."""
     by_hour = lake_files(lake)
     last_hour = at_ms // HOUR_MS
     snapshot = latest_valid(lake, at_ms, by_hour) if use_snapshots else None
     note = ""
+    controller_service = F.col("service") == CONTROLLER_SERVICE
     if snapshot is not None:
         parts = [p for hour, ps in by_hour.items() if snapshot.hour <= hour <= last_hour for p in ps]
         rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
         held = load(spark, snapshot)
         if not clock_went_back(rows, held):
-            replicas, partitions = final_states(continued(rows, held, snapshot.boundary_ms))
-            return RebuiltAt(replicas, partitions, snapshot.hour, "")
+            rebuilt = continued(rows, held, snapshot.boundary_ms, persist=True)
+            replicas, partitions = final_states(rebuilt.frames)
+            controller = held.metadata.where(controller_service).unionByName(rows.where(controller_service))
+            return RebuiltAt(replicas, partitions, snapshot.hour, "", controller, rebuilt.events)
         note = f"the snapshot at hour {snapshot.hour} is not used: a wall clock went back across it"
     parts = [p for hour, ps in by_hour.items() if hour <= last_hour for p in ps]
     rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
-    replicas, partitions = final_states(continued(rows, None, 0))
-    return RebuiltAt(replicas, partitions, None, note)
+    rebuilt = continued(rows, None, 0, persist=True)
+    replicas, partitions = final_states(rebuilt.frames)
+    return RebuiltAt(replicas, partitions, None, note, rows.where(controller_service), rebuilt.events)
