@@ -283,15 +283,10 @@ def hw_past_lagging_member() -> Scenario:
     return Scenario(one.envelopes, ids)
 
 
-def hw_below_min_isr() -> Scenario:
-    """Topic c2min is created with min.insync.replicas=2 (then altered to 3: the least value counts). Leader 1's
-    shrink to ISR 1 completes; it advances its HW from 2 to 4 with maximal ISR [1]."""
-    one = Broker(1, "c2min")
-    controller = controller_events(
-        "c2min",
-        topic_created("c2min", (("min.insync.replicas", "2"),)),
-        events.TopicConfigsAltered(topic="c2min", configs=(("min.insync.replicas", "3"),)),
-    )
+def _shrinks_alone_then_advances(topic: str) -> tuple[Broker, dict[str, str]]:
+    """Leader 1 of epoch 1 (ISR 1, 2) with 4 records advances its HW to 2 (follower 2 at LEO 2), its shrink to ISR 1
+    completes, and it advances its HW from 2 to 4."""
+    one = Broker(1, topic)
     ids = {"leader": one.became_leader(1, (1, 2))}
     one.appended(0, 4)
     one.follower_at(2, 2)
@@ -299,6 +294,18 @@ def hw_below_min_isr() -> Scenario:
     ids["proposed"] = one.isr_proposed((1, 2), (1,), "shrink")
     ids["completed"] = one.isr_completed((1,), change="shrink")
     ids["to4"] = one.hw_advanced(2, 4)
+    return one, ids
+
+
+def hw_below_min_isr() -> Scenario:
+    """Topic c2min is created with min.insync.replicas=2 (then altered to 3: the least value counts). Leader 1's
+    shrink to ISR 1 completes; it advances its HW from 2 to 4 with maximal ISR [1]."""
+    one, ids = _shrinks_alone_then_advances("c2min")
+    controller = controller_events(
+        "c2min",
+        topic_created("c2min", (("min.insync.replicas", "2"),)),
+        events.TopicConfigsAltered(topic="c2min", configs=(("min.insync.replicas", "3"),)),
+    )
     return Scenario(controller + one.envelopes, ids)
 
 
@@ -306,19 +313,12 @@ def hw_below_cluster_min_isr() -> Scenario:
     """In a cluster of its own ("strict"), the controller takes over with min.insync.replicas=2 as its own default
     (ControllerElected names it); topic c2default sets none, so 2 applies to it. Leader 1's shrink to ISR 1
     completes; it advances its HW from 2 to 4."""
-    one = Broker(1, "c2default")
+    one, ids = _shrinks_alone_then_advances("c2default")
     controller = controller_events(
         "c2default",
         events.ControllerElected(controller=100, controller_epoch=1, metadata_offset=0, min_insync_replicas=2),
         topic_created("c2default"),
     )
-    ids = {"leader": one.became_leader(1, (1, 2))}
-    one.appended(0, 4)
-    one.follower_at(2, 2)
-    ids["to2"] = one.hw_advanced(0, 2)
-    ids["proposed"] = one.isr_proposed((1, 2), (1,), "shrink")
-    ids["completed"] = one.isr_completed((1,), change="shrink")
-    ids["to4"] = one.hw_advanced(2, 4)
     return Scenario([dataclasses.replace(e, cluster_id="strict") for e in controller + one.envelopes], ids)
 
 
