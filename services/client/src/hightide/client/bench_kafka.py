@@ -12,11 +12,16 @@ min.insync.replicas=2 (`bench_cluster.create_topic`), each topic with `bench_clu
 |                                 | librdkafka takes them (acks=all, enable.idempotence, linger.ms 5), then flush;  |
 |                                 | every delivery report must be a success                                        |
 | confluent-kafka p50/p99         | 100 B records stamped with the monotonic clock, produced at                    |
-|                                 | `bench_cluster.LATENCY_RATE_PER_S` on a schedule (linger.ms 0, as Kafka's      |
-|                                 | EndToEndLatency sets it); a confluent consumer in the same process, on         |
-|                                 | librdkafka's defaults (fetch.wait.max.ms 500: the broker answers a parked      |
-|                                 | Fetch when the HW passes it), assigned every partition (read_committed is not  |
-|                                 | needed: it reads only below the high watermark), takes arrival minus stamp     |
+|                                 | `bench_cluster.LATENCY_RATE_PER_S` on a schedule (the same producer, linger.ms |
+|                                 | 5: librdkafka's default and the own client's); a confluent consumer in the     |
+|                                 | same process, on librdkafka's defaults (fetch.wait.max.ms 500: the broker      |
+|                                 | answers a parked Fetch when the HW passes it), assigned every partition        |
+|                                 | (read_committed is not needed: it reads only below the high watermark), takes |
+|                                 | arrival minus stamp; a warm-up record per partition is read first, unmeasured  |
+
+Both latency runs come last, after the confluent consumer's group coordinator has been found (which creates the
+offsets topic, 50 partitions) and that topic has a full ISR: both clients are measured on the same cluster, and the
+topic's creation is not inside either window.
 
 A real Apache Kafka cluster cannot run here (its jars come from Maven), so the reference figure is the one the issue
 gives for this kind of machine (`KAFKA_REFERENCE_RECORDS_PER_S`: confluent-kafka against Kafka 4.0, one controller
@@ -43,6 +48,44 @@ hop (client, leader, nats-server, follower and back) waits for a core, so the la
 with one record at a time at load 13, acks=all took 9.8 ms at p50 and produce-to-consume 13.7 ms, with a 500 ms
 fetch wait as with a 5 ms one. The kernel receive buffer alone, A/B on one cluster each at load 22: confluent-kafka
 16 KiB 30.7-35.3 MB/s without it, 38.3-45.5 MB/s with it; 100 B 87k and 141k records/s.
+
+Where the time goes (second pass, traced at load 17-35: broker-side timestamps from Produce received to answered,
+each driver input timed, librdkafka's statistics (statistics.interval.ms) and delivery reports):
+
+- librdkafka's idempotent producer keeps one Produce per partition in flight. It allows 5 minus the partition's
+  *messages* in flight (`rd_kafka_toppar_producer_serve`: RD_KAFKA_IDEMP_MAX_INFLIGHT - rktp_msgs_inflight, counted
+  in `rd_kafka_msgbatch_ready_produce`), so once a batch of 5 records or more is out, that partition sends nothing
+  until it is answered (its statistics: waitresp_cnt 2 per broker, one per partition led, in the 16 KiB run). So a
+  record waits for the batch ahead of it (up to one acks=all round trip: int_latency 20-50 ms at load 17-35),
+  then its own round trip (rtt 45-60 ms); the delivery report and the consumer see it at the same time (the
+  parked Fetch is answered in the input that moves the HW), so produce-to-consume is about 1.5 acks=all round
+  trips. Against Kafka the client does the same, but there a round trip takes 1-2 ms. The 16 KiB figure is bound
+  the same way: six ~1 MB requests in flight, 6 MB per round trip (broker-side 85 ms p50 at load 32, of which
+  parsing 0.2 ms and the append 3.6 ms; the rest is replication), where the own client had ~19 requests in flight.
+  Without idempotence (librdkafka's own default) it sends a Produce per record (42,951 in 5 s at linger.ms 0) and
+  the brokers fall 30 s behind; idempotence stays, as the own client and Kafka's Java client default to it.
+- confluent-kafka requires a group.id, and librdkafka looks its coordinator up at once: on the fresh cluster that
+  created `__consumer_offsets` inside the measured window (150 replicas, each a log fsynced on creation; the
+  broker inputs that applied that metadata took 0.5-0.8 s each at load 30, stalling every hop). That was most of
+  the p99 (342-1360 ms on a quiet machine). Now `find_group_coordinator` and `offsets_topic_ready` come first, as
+  Kafka's EndToEndLatency calls `consumer.position` (a coordinator round trip) before its first send.
+- The offsets topic keeps costing afterwards, for both clients: a follower's fetch names every partition it
+  follows from that leader, idle ones included (no fetch sessions, KIP-227), and every partition answered is a
+  FetchServed event. Back to back on one cluster at load 29-33, before and after the topic: the leader's
+  replica-fetch input p50 0.19-0.24 ms, then 0.70-0.77 ms; the own client's broker-side acks=all p50 6.4-6.8 ms,
+  then 14-16 ms; its produce-to-consume p50 19-20 ms, then 32-33 ms. The old order measured the own client before
+  the topic existed and confluent-kafka after; the own client's figure is now taken on the same cluster.
+- linger.ms 0 (the first pass's choice, after EndToEndLatency, which sends one record and waits for it) at a fixed
+  rate makes each partition's next request carry only what came in during the last round trip: back to back at
+  load 28-34, p50 141 and 130 ms with linger.ms 0, 71 and 92 ms with 5, and 315 and 400 Produce requests in 5 s
+  against 247 and 196. The latency producer now keeps librdkafka's default (5).
+- The first second of a run (producer id, metadata, the consumer's first fetches) held p99 at 750-800 ms where the
+  rest of the run had 135-246 ms; the warm-up records take it out.
+
+What is left is the acks=all round trip itself: two NATS hops (leader to follower with the data, follower to
+leader with its new offset), three driver inputs across two brokers, and the answer to the follower that tells it
+the new HW; both clients pay it, and librdkafka pays it about 1.5 times per record. Shortening it (fetch sessions
+that leave idle partitions out of follower fetches and their events) is replica-manager work, not the listener's.
 """
 
 from __future__ import annotations
@@ -57,7 +100,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from hightide.client import bench_cluster
+from hightide.client.admin import Admin
 from hightide.client.bench_nats import LARGE_RECORD_BYTES, RECORD_BYTES, BaselineResult, LatencyResult, latency_result
+from hightide.client.connection import ClusterConnection
+from hightide.client.group_member import OFFSETS_TOPIC
 
 KAFKA_PRODUCE_COUNT: Final = 300_000
 KAFKA_LARGE_PRODUCE_COUNT: Final = 10_000
@@ -65,6 +111,7 @@ KAFKA_REFERENCE_RECORDS_PER_S: Final = 400_000.0  # issue 15: confluent-kafka ag
 DELIVERY_DEADLINE_S: Final = 120.0
 POLL_S: Final = 0.05  # librdkafka's poll timeout inside loops bounded by a deadline
 _STAMP: Final = struct.Struct(">q")
+_WARM_UP: Final = -1  # the stamp of a warm-up record (perf_counter_ns is never negative)
 
 
 @dataclass(frozen=True)
@@ -88,8 +135,11 @@ def producer_config(bootstrap: str) -> dict[str, Any]:
 
 
 def latency_producer_config(bootstrap: str) -> dict[str, Any]:
-    """The latency run's producer: the throughput producer with linger.ms 0, as Kafka's EndToEndLatency sets it."""
-    return {**producer_config(bootstrap), "linger.ms": 0}
+    """The latency run's producer: the throughput producer as it is, linger.ms 5 included (librdkafka's default and
+    the own client's in its latency run). Kafka's EndToEndLatency sets linger.ms 0, but it sends one record and
+    waits for it; at a fixed rate of 10,000/s linger.ms 0 doubles the Produce requests the brokers serve (each
+    request of a partition then carries what came in while the one before it was answered) and adds latency."""
+    return producer_config(bootstrap)
 
 
 def consumer_config(bootstrap: str) -> dict[str, Any]:
@@ -132,7 +182,12 @@ def kafka_throughput(bootstrap: str, topic: str, count: int, size: int) -> Basel
 
 
 def kafka_latency(bootstrap: str, topic: str, partitions: int, rate_per_s: int, duration_s: float) -> LatencyResult:
-    """Records stamped with perf_counter_ns, produced at `rate_per_s`; a consumer measures arrival minus stamp."""
+    """Records stamped with perf_counter_ns, produced at `rate_per_s`; a consumer measures arrival minus stamp.
+
+    Before the schedule starts, as Kafka's EndToEndLatency positions its consumer before its first send, one
+    warm-up record (stamped `_WARM_UP`, not measured) goes to each partition and the consumer reads all of them: the
+    producer has its producer id and metadata and the consumer is fetching every partition, so the first second of
+    the schedule is not spent connecting (at 10,000 records/s that second is a fifth of the samples: the p99)."""
     from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: PLC0415 (as above)
 
     samples = max(1, round(rate_per_s * duration_s))
@@ -140,22 +195,36 @@ def kafka_latency(bootstrap: str, topic: str, partitions: int, rate_per_s: int, 
     consumer = Consumer(consumer_config(bootstrap))
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     latencies: list[int] = []
+    warmed: list[int] = []  # the partitions whose warm-up record the consumer has read
     stop = threading.Event()
 
     def consume() -> None:
-        deadline = time.monotonic() + duration_s + DELIVERY_DEADLINE_S
+        deadline = time.monotonic() + duration_s + 2 * DELIVERY_DEADLINE_S
         while len(latencies) < samples and not stop.is_set() and time.monotonic() < deadline:
             # One record per poll, as soon as it is there (consume(n) would hold records back until n arrive).
             message = consumer.poll(POLL_S)
-            value = None if message is None or message.error() is not None else message.value()
-            if value is not None:
-                arrived = time.perf_counter_ns()
-                latencies.append(arrived - _STAMP.unpack_from(value)[0])
+            if message is None or message.error() is not None or (value := message.value()) is None:
+                continue
+            arrived = time.perf_counter_ns()
+            stamp = _STAMP.unpack_from(value)[0]
+            if stamp == _WARM_UP:
+                warmed.append(message.partition() or 0)
+            else:
+                latencies.append(arrived - stamp)
 
     reader = threading.Thread(target=consume, name="bench-kafka-consumer", daemon=True)
     producer = Producer(latency_producer_config(bootstrap))
     try:
         reader.start()
+        for partition in range(partitions):
+            producer.produce(topic, _STAMP.pack(_WARM_UP) + padding, partition=partition)
+        if producer.flush(DELIVERY_DEADLINE_S):
+            raise RuntimeError("the warm-up records were not delivered before the deadline")
+        deadline = time.monotonic() + DELIVERY_DEADLINE_S
+        while len(set(warmed)) < partitions:
+            if time.monotonic() > deadline or not reader.is_alive():
+                raise RuntimeError(f"the consumer read {len(set(warmed))} of {partitions} warm-up records")
+            producer.poll(POLL_S)
         begin = time.perf_counter_ns() + 10_000_000
         for index in range(samples):
             due = begin + index * 1_000_000_000 // rate_per_s
@@ -174,6 +243,37 @@ def kafka_latency(bootstrap: str, topic: str, partitions: int, rate_per_s: int, 
     return latency_result(f"confluent-kafka produce->consume {_size_label(RECORD_BYTES)}", rate_per_s, latencies)
 
 
+def find_group_coordinator(bootstrap: str, topic: str) -> None:
+    """What Kafka's EndToEndLatency does before its first send (`consumer.position` of a group consumer asks the
+    group coordinator for the committed offsets): the latency consumer's group coordinator is found, which on a
+    fresh cluster creates the offsets topic (offsets.topic.num.partitions, 50)."""
+    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415 (as above)
+
+    consumer = Consumer(consumer_config(bootstrap))
+    try:
+        consumer.committed([TopicPartition(topic, 0)], timeout=DELIVERY_DEADLINE_S)
+    finally:
+        consumer.close()
+
+
+async def offsets_topic_ready(conn: ClusterConnection) -> None:
+    """Every partition of the offsets topic has a leader and a full ISR: its creation (a log per partition on each
+    broker, fsynced) is over before either client's latency is measured."""
+    admin = Admin(conn)
+
+    async def full_isr() -> bool:
+        described = await admin.describe_topics((OFFSETS_TOPIC,))
+        if not described.topics or described.topics[0].error != 0:
+            return False
+        return all(p.leader >= 0 and len(p.isr) == 3 for p in described.topics[0].partitions)
+
+    deadline = time.monotonic() + bench_cluster.READY_DEADLINE_S
+    while not await full_isr():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for a full ISR on every partition of {OFFSETS_TOPIC}")
+        await asyncio.sleep(bench_cluster.POLL_INTERVAL_S)
+
+
 async def run_kafka_bench(work: Path, duration_scale: float = 1.0) -> KafkaFigures:
     """Every figure of the table above, on one fresh cluster; `duration_scale` sizes the counts and the latency run."""
 
@@ -189,9 +289,6 @@ async def run_kafka_bench(work: Path, duration_scale: float = 1.0) -> KafkaFigur
         large = await bench_cluster.produce_throughput(
             conn, "bench-16k", scaled(KAFKA_LARGE_PRODUCE_COUNT), LARGE_RECORD_BYTES
         )
-        own_latency = await bench_cluster.produce_to_consume_latency(
-            conn, "bench-latency", bench_cluster.LATENCY_RATE_PER_S, bench_cluster.LATENCY_SECONDS * duration_scale
-        )
         for topic in ("kafka-100b", "kafka-16k", "kafka-latency"):
             await bench_cluster.create_topic(conn, topic)
         kafka_small = await asyncio.to_thread(
@@ -199,6 +296,12 @@ async def run_kafka_bench(work: Path, duration_scale: float = 1.0) -> KafkaFigur
         )
         kafka_large = await asyncio.to_thread(
             kafka_throughput, bootstrap, "kafka-16k", scaled(KAFKA_LARGE_PRODUCE_COUNT), LARGE_RECORD_BYTES
+        )
+        # Both latency runs on the same cluster: with the offsets topic that the confluent consumer's group needs.
+        await asyncio.to_thread(find_group_coordinator, bootstrap, "kafka-latency")
+        await offsets_topic_ready(conn)
+        own_latency = await bench_cluster.produce_to_consume_latency(
+            conn, "bench-latency", bench_cluster.LATENCY_RATE_PER_S, bench_cluster.LATENCY_SECONDS * duration_scale
         )
         latency = await asyncio.to_thread(
             kafka_latency,
