@@ -82,6 +82,17 @@ each driver input timed, librdkafka's statistics (statistics.interval.ms) and de
 - The first second of a run (producer id, metadata, the consumer's first fetches) held p99 at 750-800 ms where the
   rest of the run had 135-246 ms; the warm-up records take it out.
 
+`hightide bench --workload kafka` back to back, base (8c54b7d's benchmark) and this one, load 31-36 (1-minute):
+
+| figure                                | base (two runs)  | this (two runs) |
+| ------------------------------------- | ---------------- | --------------- |
+| confluent-kafka p50 at 10,000/s, ms   | 184 / 125        | 81 / 75         |
+| confluent-kafka p99 at 10,000/s, ms   | 2,053 / 1,056    | 296 / 190       |
+| own client p99 at 10,000/s, ms        | 688 / 70         | 268 / 435       |
+| confluent-kafka 16 KiB, MB/s          | 31.6 / 29.9      | 31.0 / 31.9     |
+
+(the own client's latency is now taken with the offsets topic in place; its runs swing most at this load.)
+
 What is left is the acks=all round trip itself: two NATS hops (leader to follower with the data, follower to
 leader with its new offset), three driver inputs across two brokers, and the answer to the follower that tells it
 the new HW; both clients pay it, and librdkafka pays it about 1.5 times per record. Shortening it (fetch sessions
