@@ -102,7 +102,9 @@ One more candidate, tried and not kept: the leader answers a follower's fetch at
 on a HW change). With librdkafka's lockstep (the next Produce of a partition arrives just after the HW moved) both
 followers are then on their way back with that empty answer when the new batch is appended. Switched off, back to
 back at load 32-34 (two runs each): confluent-kafka p50 59 and 62 ms against 90 and 80 ms, p99 not better (759
-and 355 ms against 400 and 319). It changes every simulator seed's trajectory (the seeds' pinned round trips), so
+and 355 ms against 400 and 319); 16 KiB 28.7 and 36.0 MB/s against 25.6 and 27.7 (load 29-30). librdkafka's
+socket.nagle.disable made no difference (16 KiB 25.4 and 28.0 MB/s with it, 29.9 and 26.5 without; 100 B latency
+alike). It changes every simulator seed's trajectory (the seeds' pinned round trips), so
 it is left for the replica manager's owner.
 """
 
