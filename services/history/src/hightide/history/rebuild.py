@@ -399,11 +399,21 @@ def _epoch_step(cache: Column, step: Column) -> Column:
 # -- partitions --------------------------------------------------------------------------------------------------
 
 
+def controller_side(events: DataFrame) -> DataFrame:
+    """The rows the partition fold and the controller's lists read (the controller types' and every stamped
+    decision's: a few thousand per million events), gathered into one partition. Every window, aggregate and join
+    over them then runs where they are, without a shuffle: each shuffle of so few rows into the default partitions
+    cost a stage, and the partition fold had about twenty of them, most of a rebuild --at's time."""
+    return events.where(F.col("type").isin(*CONTROLLER_TYPES, *STAMPED_TYPES)).repartition(1)
+
+
 def controller_events(events: DataFrame, scope: Scope = ()) -> DataFrame:
     """The controller-side events (metadata and controller terms) with their payload fields as columns; stamps of
     version 1 events (no stamp) read as -1."""
-    parsed = events.where(F.col("type").isin(*CONTROLLER_TYPES)).withColumn(
-        "p", F.from_json("payload", _METADATA_FIELDS)
+    parsed = (
+        controller_side(events)
+        .where(F.col("type").isin(*CONTROLLER_TYPES))
+        .withColumn("p", F.from_json("payload", _METADATA_FIELDS))
     )
     p = F.col("p")
     return parsed.select(
@@ -417,6 +427,10 @@ def controller_events(events: DataFrame, scope: Scope = ()) -> DataFrame:
         "type",
         "topic",
         "partition",
+        "replica",
+        F.when(F.col("type") == ev.BrokerRegistered.TYPE, F.get_json_object("payload", "$.broker").cast("int")).alias(
+            "broker"
+        ),
         F.coalesce(p.controller_epoch, F.lit(-1)).alias("controller_epoch"),
         F.coalesce(p.metadata_offset, F.lit(-1).cast("long")).alias("metadata_offset"),
         *[p.getField(name).alias(name) for name in _METADATA_FIELDS.fieldNames()[2:]],
@@ -654,7 +668,8 @@ def abandoned_intents(events: DataFrame, scope: Scope = ()) -> DataFrame:
     )
     stamp = F.from_json("payload", _STAMP_FIELDS)
     decisions = (
-        events.where(F.col("type").isin(*STAMPED_TYPES))
+        controller_side(events)
+        .where(F.col("type").isin(*STAMPED_TYPES))
         .select(*scope, *REPLICA_ORDER, "incarnation", "sequence", "event_id", "type", stamp.alias("s"))
         .select(
             "*",
@@ -694,19 +709,16 @@ def offline_replicas(events: DataFrame, scope: Scope = ()) -> DataFrame:
     ReplicaMarkedOffline in metadata order comes after every BrokerRegistered of their broker and after the start or
     end of their topic's last life (which clear it). Columns: `scope`, topic, partition, replicas."""
     kind = F.col("type")
-    ordered = metadata_order(events, scope).select(*scope, "event_id", "type", "topic", "partition", "metadata_order")
-    brokers = events.where(kind == ev.BrokerRegistered.TYPE).select(
-        *scope, "event_id", F.get_json_object("payload", "$.broker").cast("int").alias("broker")
+    ordered = metadata_order(events, scope).select(
+        *scope, "event_id", "type", "topic", "partition", "replica", "broker", "metadata_order"
     )
     marked = (
         ordered.where(kind == ev.ReplicaMarkedOffline.TYPE)
-        .join(events.select(*scope, "event_id", "replica"), [*scope, "event_id"])
         .groupBy(*scope, "topic", "partition", "replica")
         .agg(F.max("metadata_order").alias("marked_at"))
     )
     registered = (
         ordered.where(kind == ev.BrokerRegistered.TYPE)
-        .join(brokers, [*scope, "event_id"])
         .groupBy(*scope, F.col("broker").alias("replica"))
         .agg(F.max("metadata_order").alias("registered_at"))
     )
