@@ -23,6 +23,19 @@ shuffle by emitter; the audit's `read_lake` was already as cheap); snapshots 35.
 the ordering); `rebuild --at` from the last snapshot 4.2 -> 4.3 s CPU at 1M, but it no longer reads any hour before
 the snapshot (its controller lists read the whole lake), so its cost no longer grows with the history. 4M and 10M
 were not measured after these changes (no time at that load).
+Rebuild speed, second pass (2026-11-24, helper rebuildspeed2), the 1M lake at local[2] under load average 26-38
+(wall times 2-5x too high, so the figures are stages that ran (skipped ones left out), tasks and CPU seconds from
+Spark's status store; executor CPU is the tasks' own, JVM CPU the driver JVM's whole `/proc/<pid>/stat`, which
+with local masters holds the executors too, so their difference is planning, code generation, JIT and GC):
+`rebuild --at` the last instant from the last snapshot: 110 -> 55 stages run, 962 -> 214 tasks, executor CPU
+4.6 -> 3.0 s, JVM CPU 24.3 -> 16.4 s (the partition fold and the controller's lists run on the controller side's
+few rows gathered into one partition, read once, with broadcast joins: no shuffle after that one);
+rebuild: 17 -> 16 stages run, 147 -> 84 tasks, executor CPU 20.9 -> 20.2 s, JVM CPU 47.3 -> 47.6 s (the partition
+fold's tiny stages were not where its time goes: ordering the 1M events, about 8.7 s of executor CPU, and the
+replica fold, about 7.5 s, are); snapshots 66 -> 66 stages run, executor CPU 24.9 -> 29.0 s (taken at different
+loads; they no longer build the partition fold, which they never used). The rebuild is still about 10x off the
+goal in executor CPU alone (20 s per 1M events on 2 cores against 5 s), and the driver JVM spends as much again
+outside the tasks; 4M and 10M were not measured this pass (the machine at load 26-38 for the whole hour).
 """
 
 from __future__ import annotations

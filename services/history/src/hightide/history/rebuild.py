@@ -29,6 +29,7 @@ PartitionChanged counts only when its partition epoch is above every one before 
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -399,11 +400,33 @@ def _epoch_step(cache: Column, step: Column) -> Column:
 # -- partitions --------------------------------------------------------------------------------------------------
 
 
+def controller_side(events: DataFrame) -> DataFrame:
+    """The rows the partition fold and the controller's lists read (the controller types' and every stamped
+    decision's: a few thousand per million events), gathered into one partition. Every window, aggregate and join
+    over them then runs where they are, without a shuffle: each shuffle of so few rows into the default partitions
+    cost a stage, and the partition fold had about twenty of them, most of a rebuild --at's time.
+
+    Computed once per `events` (a lazy local checkpoint, which keeps the single partition and cuts the lineage): the
+    fold's branches (takeovers, fences, decisions, terms) then read it instead of scanning `events` each. Joins on
+    it broadcast their other side, so that they keep its one partition too (a sort-merge join would shuffle both
+    sides into the default partitions again)."""
+    held = _CONTROLLER_SIDE.get(events)
+    if held is None:
+        rows = events.where(F.col("type").isin(*CONTROLLER_TYPES, *STAMPED_TYPES)).repartition(1)
+        held = _CONTROLLER_SIDE[events] = rows.localCheckpoint(eager=False)
+    return held
+
+
+_CONTROLLER_SIDE: Final[weakref.WeakKeyDictionary[DataFrame, DataFrame]] = weakref.WeakKeyDictionary()
+
+
 def controller_events(events: DataFrame, scope: Scope = ()) -> DataFrame:
     """The controller-side events (metadata and controller terms) with their payload fields as columns; stamps of
     version 1 events (no stamp) read as -1."""
-    parsed = events.where(F.col("type").isin(*CONTROLLER_TYPES)).withColumn(
-        "p", F.from_json("payload", _METADATA_FIELDS)
+    parsed = (
+        controller_side(events)
+        .where(F.col("type").isin(*CONTROLLER_TYPES))
+        .withColumn("p", F.from_json("payload", _METADATA_FIELDS))
     )
     p = F.col("p")
     return parsed.select(
@@ -417,6 +440,10 @@ def controller_events(events: DataFrame, scope: Scope = ()) -> DataFrame:
         "type",
         "topic",
         "partition",
+        "replica",
+        F.when(F.col("type") == ev.BrokerRegistered.TYPE, F.get_json_object("payload", "$.broker").cast("int")).alias(
+            "broker"
+        ),
         F.coalesce(p.controller_epoch, F.lit(-1)).alias("controller_epoch"),
         F.coalesce(p.metadata_offset, F.lit(-1).cast("long")).alias("metadata_offset"),
         *[p.getField(name).alias(name) for name in _METADATA_FIELDS.fieldNames()[2:]],
@@ -445,20 +472,24 @@ def metadata_order(events: DataFrame, scope: Scope = ()) -> DataFrame:
     later = (F.col("t_epoch") > F.col("controller_epoch")) & _same_scope(scope, "_t_")
     bounds = (
         decisions.select(*scope, "event_id", "controller_epoch")
-        .join(takeovers.withColumnsRenamed({c: f"_t_{c}" for c in scope}), later)
+        .join(F.broadcast(takeovers.withColumnsRenamed({c: f"_t_{c}" for c in scope})), later)
         .groupBy(*scope, "event_id")
         .agg(F.min("t_offset").alias("next_takeover"))
     )
     fenced_own = F.col("f_epoch") == F.col("controller_epoch")
     abandoned = (
-        decisions.join(bounds, [*scope, "event_id"], "left")
-        .join(fenced.withColumnsRenamed({c: f"_f_{c}" for c in scope}), fenced_own & _same_scope(scope, "_f_"), "left")
+        decisions.join(F.broadcast(bounds), [*scope, "event_id"], "left")
+        .join(
+            F.broadcast(fenced.withColumnsRenamed({c: f"_f_{c}" for c in scope})),
+            fenced_own & _same_scope(scope, "_f_"),
+            "left",
+        )
         .where(F.col("metadata_offset") >= F.least("next_takeover", "f_offset"))
         .select(*scope, "event_id", F.lit(True).alias("abandoned"))
     )
     emitter = Window.partitionBy(*scope, "service", "emitter_id").orderBy("position")
     elected = kind == ev.ControllerElected.TYPE
-    termed = controller.join(abandoned, [*scope, "event_id"], "left").select(
+    termed = controller.join(F.broadcast(abandoned), [*scope, "event_id"], "left").select(
         "*",
         F.sum(elected.cast("int")).over(emitter).alias("term"),
         F.coalesce(
@@ -513,24 +544,11 @@ def partition_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame,
 
 def final_states(rebuilt: Rebuilt, scope: Scope = ()) -> tuple[DataFrame, DataFrame]:
     """(each live replica's state after all the events, each live partition's): the last timeline rows."""
-    last_replica = Window.partitionBy(*scope, *REPLICA_KEY).orderBy(*[F.col(c).desc() for c in REPLICA_ORDER])
-    last_rows = rebuilt.replicas.withColumn("_n", F.row_number().over(last_replica)).where(
-        (F.col("_n") == 1) & F.col("online")
-    )
-    replicas = epoch_entries_at(last_rows, rebuilt.epochs, scope).select(
-        *scope,
-        *REPLICA_KEY,
-        "log_start_offset",
-        "log_end_offset",
-        "high_watermark",
-        "epoch_entries",
-        "wall_ms",
-        "event_id",
-    )
+    replicas = final_replicas(rebuilt.replicas, rebuilt.epochs, scope)
     last_change = Window.partitionBy(*scope, *PARTITION_KEY).orderBy(F.col("metadata_order").desc())
     live = rebuilt.topics.where(~F.col("deleted")).select(*scope, "topic", F.col("life").alias("_life"))
     partitions = (
-        rebuilt.partitions.join(live, [*scope, "topic"])
+        rebuilt.partitions.join(F.broadcast(live), [*scope, "topic"])
         .where(F.col("life") == F.col("_life"))
         .withColumn("_n", F.row_number().over(last_change))
         .where(F.col("_n") == 1)
@@ -549,6 +567,23 @@ def final_states(rebuilt: Rebuilt, scope: Scope = ()) -> tuple[DataFrame, DataFr
         )
     )
     return replicas, partitions
+
+
+def final_replicas(replicas: DataFrame, epochs: DataFrame, scope: Scope = ()) -> DataFrame:
+    """Each live replica's state after all the events, from `replica_timeline`'s frames alone (a snapshot needs no
+    partition fold: building one would order the controller side for nothing)."""
+    last_replica = Window.partitionBy(*scope, *REPLICA_KEY).orderBy(*[F.col(c).desc() for c in REPLICA_ORDER])
+    last_rows = replicas.withColumn("_n", F.row_number().over(last_replica)).where((F.col("_n") == 1) & F.col("online"))
+    return epoch_entries_at(last_rows, epochs, scope).select(
+        *scope,
+        *REPLICA_KEY,
+        "log_start_offset",
+        "log_end_offset",
+        "high_watermark",
+        "epoch_entries",
+        "wall_ms",
+        "event_id",
+    )
 
 
 def _same_scope(scope: Scope, prefix: str) -> Column:
@@ -654,7 +689,8 @@ def abandoned_intents(events: DataFrame, scope: Scope = ()) -> DataFrame:
     )
     stamp = F.from_json("payload", _STAMP_FIELDS)
     decisions = (
-        events.where(F.col("type").isin(*STAMPED_TYPES))
+        controller_side(events)
+        .where(F.col("type").isin(*STAMPED_TYPES))
         .select(*scope, *REPLICA_ORDER, "incarnation", "sequence", "event_id", "type", stamp.alias("s"))
         .select(
             "*",
@@ -667,14 +703,14 @@ def abandoned_intents(events: DataFrame, scope: Scope = ()) -> DataFrame:
     later = (F.col("t_epoch") > F.col("controller_epoch")) & _same_scope(scope, "_t_")
     bounds = (
         decisions.select(*scope, "event_id", "controller_epoch")
-        .join(takeovers.withColumnsRenamed({c: f"_t_{c}" for c in scope}), later)
+        .join(F.broadcast(takeovers.withColumnsRenamed({c: f"_t_{c}" for c in scope})), later)
         .groupBy(*scope, "event_id")
         .agg(F.min("t_offset").alias("next_takeover"))
     )
     fenced_own = (F.col("f_epoch") == F.col("controller_epoch")) & _same_scope(scope, "_f_")
     return (
-        decisions.join(bounds, [*scope, "event_id"], "left")
-        .join(fenced.withColumnsRenamed({c: f"_f_{c}" for c in scope}), fenced_own, "left")
+        decisions.join(F.broadcast(bounds), [*scope, "event_id"], "left")
+        .join(F.broadcast(fenced.withColumnsRenamed({c: f"_f_{c}" for c in scope})), fenced_own, "left")
         .withColumn("committed_below", F.least("next_takeover", "f_offset"))
         .where(F.col("metadata_offset") >= F.col("committed_below"))
         .select(
@@ -694,19 +730,16 @@ def offline_replicas(events: DataFrame, scope: Scope = ()) -> DataFrame:
     ReplicaMarkedOffline in metadata order comes after every BrokerRegistered of their broker and after the start or
     end of their topic's last life (which clear it). Columns: `scope`, topic, partition, replicas."""
     kind = F.col("type")
-    ordered = metadata_order(events, scope).select(*scope, "event_id", "type", "topic", "partition", "metadata_order")
-    brokers = events.where(kind == ev.BrokerRegistered.TYPE).select(
-        *scope, "event_id", F.get_json_object("payload", "$.broker").cast("int").alias("broker")
+    ordered = metadata_order(events, scope).select(
+        *scope, "event_id", "type", "topic", "partition", "replica", "broker", "metadata_order"
     )
     marked = (
         ordered.where(kind == ev.ReplicaMarkedOffline.TYPE)
-        .join(events.select(*scope, "event_id", "replica"), [*scope, "event_id"])
         .groupBy(*scope, "topic", "partition", "replica")
         .agg(F.max("metadata_order").alias("marked_at"))
     )
     registered = (
         ordered.where(kind == ev.BrokerRegistered.TYPE)
-        .join(brokers, [*scope, "event_id"])
         .groupBy(*scope, F.col("broker").alias("replica"))
         .agg(F.max("metadata_order").alias("registered_at"))
     )
@@ -716,8 +749,8 @@ def offline_replicas(events: DataFrame, scope: Scope = ()) -> DataFrame:
         .agg(F.max("metadata_order").alias("life_at"))
     )
     still = (
-        marked.join(registered, [*scope, "replica"], "left")
-        .join(lives, [*scope, "topic"], "left")
+        marked.join(F.broadcast(registered), [*scope, "replica"], "left")
+        .join(F.broadcast(lives), [*scope, "topic"], "left")
         .where(
             (F.col("registered_at").isNull() | (F.col("registered_at") < F.col("marked_at")))
             & (F.col("life_at").isNull() | (F.col("life_at") < F.col("marked_at")))

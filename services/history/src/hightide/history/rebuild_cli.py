@@ -174,7 +174,7 @@ def controller_lists(
 
     from hightide.history.rebuild import abandoned_intents, offline_replicas, ordered  # noqa: PLC0415
 
-    events = ordered(controller).cache()
+    events = ordered(controller.repartition(1)).cache()  # few rows: one partition, no shuffle after this one
     offline = offline_replicas(events)
     intents = abandoned_intents(events)
     if topic is not None:

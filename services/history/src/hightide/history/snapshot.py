@@ -51,7 +51,16 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from hightide.history.events import LAKE_SCHEMA
-from hightide.history.rebuild import CONTROLLER_TYPES, EPOCHS_TYPE, Rebuilt, final_states, ordered, rebuild_frames
+from hightide.history.rebuild import (
+    CONTROLLER_TYPES,
+    EPOCHS_TYPE,
+    Rebuilt,
+    final_replicas,
+    final_states,
+    ordered,
+    rebuild_frames,
+    replica_timeline,
+)
 from hightide.lake.layout import HOUR_MS, PartFile, scan_lake
 from hightide.protocol import events as ev
 
@@ -190,14 +199,19 @@ class Continued:
 def continued(rows: DataFrame, held: Snapshotted | None, boundary_ms: int, persist: bool = False) -> Continued:
     """The timelines of the snapshot's state followed by `rows` (lake rows at or after its boundary); `persist`
     keeps the ordered events for both folds (the state at an instant computes both)."""
-    if held is None:
-        events = ordered_with_starts(rows, None)
-    else:
-        events = ordered_with_starts(rows.unionByName(held.metadata), held.incarnations)
-        events = events.unionByName(_opened_rows(held.replicas, events, boundary_ms))
+    events = _continued_events(rows, held, boundary_ms)
     if persist:
         events = events.persist(StorageLevel.MEMORY_AND_DISK)
     return Continued(rebuild_frames(events), events)
+
+
+def _continued_events(rows: DataFrame, held: Snapshotted | None, boundary_ms: int) -> DataFrame:
+    """The ordered events of `continued`'s folds: `rows` and, after a snapshot, its controller events and its
+    replicas as LogOpened rows."""
+    if held is None:
+        return ordered_with_starts(rows, None)
+    events = ordered_with_starts(rows.unionByName(held.metadata), held.incarnations)
+    return events.unionByName(_opened_rows(held.replicas, events, boundary_ms))
 
 
 def ordered_with_starts(rows: DataFrame, incarnations: DataFrame | None) -> DataFrame:
@@ -279,7 +293,8 @@ def write_snapshots(spark: SparkSession, lake: Path) -> list[int]:
 def _write(
     spark: SparkSession, lake: Path, hour: int, rows: DataFrame, held: Snapshotted | None, files: frozenset[str]
 ) -> Snapshotted:
-    replicas, _ = final_states(continued(rows, held, hour * HOUR_MS).frames)
+    # Only the replica fold: the partition fold's controller side would be ordered for nothing.
+    replicas = final_replicas(*replica_timeline(_continued_events(rows, held, hour * HOUR_MS)))
     metadata = rows.where(_controller_side())
     seen = rows.groupBy("service", "emitter_id", "incarnation").agg(
         F.min_by("wall_ms", "sequence").alias("incarnation_start"), F.max("sequence").alias("last_sequence")
