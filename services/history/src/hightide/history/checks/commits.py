@@ -164,13 +164,14 @@ def runs_of(queries: DataFrame, depths: DataFrame, id_columns: Sequence[str], *,
     marked = queries.select("*", c("t").alias("pos"), F.lit(phase).alias("phase"), F.lit(0).alias("delta"))
     changes = depths.select(*KEY, "pos", "phase", "s", "delta")
     upto = Window.partitionBy(*KEY).orderBy("pos", "phase", "s").rowsBetween(Window.unboundedPreceding, 0)
+    # `counted` and `top` are each read by more than one branch below: checkpointed, their windows run once.
     counted = (
         marked.unionByName(changes, allowMissingColumns=True)
         .withColumn("_depth", F.coalesce(F.sum("delta").over(upto), F.lit(0)))
         .where(c("phase") == phase)
         .drop("delta", "s")
-    )
-    top = _entries_at(counted.withColumn("_d", c("_depth")), depths)
+    ).localCheckpoint()
+    top = _entries_at(counted.withColumn("_d", c("_depth")), depths).localCheckpoint()
     resolved = (c("s") <= c("lo")) | (c("_depth") <= 1)
     near = counted.join(top.where(~resolved).select(*id_columns), [*id_columns], "left_semi")
     near_rows = _entries_at(
