@@ -13,7 +13,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from hightide.audit.findings import Finding
-from hightide.history.checks import clients, commits, groups, metadata
+from hightide.history.checks import clients, commits, groups, high_watermark, metadata
 from hightide.history.checks.registry import all_checks
 from hightide.history.events import read_lake
 from hightide.history.findings import FINDINGS_SCHEMA, collect_findings
@@ -32,6 +32,7 @@ def run_audit(spark: SparkSession, lake: Path) -> list[Finding]:
         metadata.forget(events)
         groups.forget(events)
         clients.forget(events)
+        high_watermark.forget(events)
         events.unpersist()
 
 

@@ -16,6 +16,16 @@ Audit, fourth session (the machine at load average 12-38 throughout, so wall sec
 driver JVM's CPU seconds for read plus each check at 1M, `/proc/<pid>/stat`, summed): 197 CPU s before, 172 after
 (-13%): the cache sorted by type (`audit.prepare`) halves the metadata checks' scans (one_leader_per_epoch 13.2 ->
 7.9) and the client checks' topic lives no longer sort the lake (no_duplicates 9.7 -> 6.1). Still about 40x off.
+Audit, fifth session (helper auditspeed2; load average 14-38 throughout, five to seven Spark JVMs of other helpers
+beside it, so CPU seconds themselves swell with the contention: the same 1M base profile took 223 driver-JVM CPU s
+now against 172 last session; compare only figures taken side by side). Changes: the leaders' views of C1 and C2
+folded and checkpointed once (leader_hw_monotonic + hw_advance_guarded 28.7 -> 23.5 CPU s, taken at a higher
+load), both loss checks read one checkpointed set of acknowledgement runs and the final leaders' runs once
+(acks_all + acknowledged_records_lost 39.7 -> 8.5, the runs now counted in the fold), runs_of checkpoints the
+frames three and two of its branches read (the five commits checks 97.2 -> 88.8 CPU s, A/B run side by side at
+load 29-37), and sequence gaps are sorted only in incarnations an aggregate shows to have one. The 10M audit was
+started twice and stopped both times: at load 30+ it got about 0.1 core (54 CPU s in 10 minutes of the ~2,000 it
+needs), so there is still no 10M figure. Still about 40x off the goal at 1M.
 Rebuild speed (2026-11-24, helper rebuildspeed), the 1M lake at local[2] under load average 21-37 (so wall times
 meant nothing; the figures are executor CPU seconds summed over the stages, from Spark's REST API, old and new code
 back to back): rebuild 20.8 -> 18.6 s CPU (it now orders the lake as `rebuild --out` does, `rebuild.ordered`: one

@@ -164,13 +164,14 @@ def runs_of(queries: DataFrame, depths: DataFrame, id_columns: Sequence[str], *,
     marked = queries.select("*", c("t").alias("pos"), F.lit(phase).alias("phase"), F.lit(0).alias("delta"))
     changes = depths.select(*KEY, "pos", "phase", "s", "delta")
     upto = Window.partitionBy(*KEY).orderBy("pos", "phase", "s").rowsBetween(Window.unboundedPreceding, 0)
+    # `counted` and `top` are each read by more than one branch below: checkpointed, their windows run once.
     counted = (
         marked.unionByName(changes, allowMissingColumns=True)
         .withColumn("_depth", F.coalesce(F.sum("delta").over(upto), F.lit(0)))
         .where(c("phase") == phase)
         .drop("delta", "s")
-    )
-    top = _entries_at(counted.withColumn("_d", c("_depth")), depths)
+    ).localCheckpoint()
+    top = _entries_at(counted.withColumn("_d", c("_depth")), depths).localCheckpoint()
     resolved = (c("s") <= c("lo")) | (c("_depth") <= 1)
     near = counted.join(top.where(~resolved).select(*id_columns), [*id_columns], "left_semi")
     near_rows = _entries_at(
@@ -267,18 +268,28 @@ class Folded:
         acks = stream.where(c("kind") == "ack")
         self.acks = acks.select(*KEY, "event_id", "epoch", "acks", c("lo").alias("base"), (c("hi") - 1).alias("last"),
                                 c("value").alias("high_watermark"))  # fmt: skip
+        # Issue 13, deleted topics: the acknowledgements a TopicDeleted of their topic follows (wall_ms at or after).
+        # The envelope's topic column names the acknowledgement's topic: no payload is parsed, and the deletions
+        # (few) go to every task.
+        acked = lake.where(c("type") == events.ProduceCompleted.TYPE).select("event_id", "topic", "wall_ms")
+        deleted = lake.where(c("type") == events.TopicDeleted.TYPE).select("topic", c("wall_ms").alias("_deleted_ms"))
+        self.deleted_acks = (
+            acked.join(F.broadcast(deleted), ["topic"]).where(c("_deleted_ms") >= c("wall_ms")).select("event_id")
+            .distinct()
+        )  # fmt: skip
+        # Read by both loss checks (acks=all and acks=1): checkpointed, so the runs are found once, not twice.
         self.ack_runs = runs_of(
             acks.select(*KEY, "event_id", c("position").alias("t"), F.greatest("lo", "lso_t").alias("lo"), "hi",
                         "epoch", "acks"),
             entries, ["event_id"],
-        )  # fmt: skip
+        ).join(self.deleted_acks, ["event_id"], "left_anti").localCheckpoint()  # fmt: skip
         last = Window.partitionBy(*KEY).orderBy(F.col("position").desc())
         ends = stream.withColumn("_n", F.row_number().over(last)).where(c("_n") == 1)
         self.final_log_start = ends.select(*KEY, c("lso_t").alias("final_lso"))
         self.final_runs = runs_of(
             ends.select(*KEY, (c("position") + 1).alias("t"), F.col("lso_t").alias("lo"), F.col("leo_t").alias("hi")),
             entries, list(KEY),
-        ).select(*KEY, "run_start", "run_end", "x")  # fmt: skip
+        ).select(*KEY, "run_start", "run_end", "x").localCheckpoint()  # fmt: skip
         self.bucket_widths = bucket_widths(_commits(self)).localCheckpoint()
         widths = self.bucket_widths.withColumnRenamed("topic", "ct").withColumnRenamed("partition", "cp")
         self.commit_buckets = _buckets(_commits(self).join(F.broadcast(widths), ["ct", "cp"]), "c_start", "c_end",
@@ -292,12 +303,6 @@ class Folded:
         self.exemptions = _exemptions(lake, stream, min_insync_replicas).localCheckpoint()
         sent = of_type(lake, events.SendCompleted)
         self.sent = sent.where((c("outcome") == "ok") & (c("offset") >= 0)).select(*TP, "offset", c("value"))
-        # Issue 13, deleted topics: the acknowledgements a TopicDeleted of their topic follows (wall_ms at or after).
-        acked = of_type(lake, events.ProduceCompleted).select("event_id", "topic", "wall_ms")
-        deleted = of_type(lake, events.TopicDeleted).select("topic", c("wall_ms").alias("_deleted_ms"))
-        self.deleted_acks = (
-            acked.join(deleted, ["topic"]).where(c("_deleted_ms") >= c("wall_ms")).select("event_id").distinct()
-        )
         # Issue 13, compaction: each partition's cleaned point (the highest cleaned_up_to of any replica).
         compacted = of_type(lake, events.LogCompacted)
         self.cleaned = compacted.groupBy(*TP).agg(F.max("cleaned_up_to").alias("cleaned"))
@@ -560,7 +565,7 @@ def _islands(commits: DataFrame) -> DataFrame:
 def _lost(folded: Folded, acks: int, invariant: str) -> DataFrame:
     """Acknowledged records (at `acks`) missing from the final leader's log, one finding per acknowledgement."""
     c = F.col
-    runs = folded.ack_runs.where(c("acks") == acks).join(folded.deleted_acks, ["event_id"], "left_anti")
+    runs = folded.ack_runs.where(c("acks") == acks)  # without the acknowledgements of deleted topics
     runs = runs.join(folded.leaders, [*TP], "left").join(folded.cleaned, [*TP], "left")
     final_lso = folded.final_log_start.select(*TP, c("replica").alias("final_leader"), "final_lso")
     runs = runs.join(final_lso, [*TP, "final_leader"], "left")

@@ -17,8 +17,9 @@ Room: services/history. Window functions over the ordered events of `read_lake`,
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Final, NamedTuple
 
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
@@ -157,7 +158,34 @@ def leader_advances(frame: DataFrame) -> DataFrame:
     """Every HighWatermarkAdvanced a replica emitted while it led, with its tenure as it stood just before:
     `leader_epoch`, `replicas`, `hw_before` and `hw_before_event`, `isr` and `isr_event`, `pending` and
     `pending_event`, `maximal_isr` (sorted), and `follower_segment` (where its followers' known LEOs start)."""
-    return _advances(_leader_view(frame))
+    return _tenures(frame).advances
+
+
+class _Tenures(NamedTuple):
+    """What C1 and C2 read of the leaders' views, materialised once per lake frame: the leading advances
+    (`leader_advances`) and the FollowerStateUpdated rows of the views (with `follower_segment`)."""
+
+    advances: DataFrame
+    updates: DataFrame
+
+
+_TENURES: weakref.WeakKeyDictionary[DataFrame, _Tenures] = weakref.WeakKeyDictionary()
+
+
+def _tenures(frame: DataFrame) -> _Tenures:
+    """The leaders' views of `frame`, folded once however many checks read them (both checks and, within C2, both
+    halves): checkpointed, so the windows over the leaders' views run once per audit, not four times."""
+    held = _TENURES.get(frame)
+    if held is None:
+        view = _leader_view(frame)
+        updates = view.where(F.col("type") == events.FollowerStateUpdated.TYPE)
+        held = _TENURES[frame] = _Tenures(_advances(view).localCheckpoint(), updates.localCheckpoint())
+    return held
+
+
+def forget(frame: DataFrame) -> None:
+    """Drop the leaders' views computed for `frame` (see `commits.forget`)."""
+    _TENURES.pop(frame, None)
 
 
 def _advances(view: DataFrame) -> DataFrame:
@@ -277,9 +305,8 @@ def hw_advance_guarded(frame: DataFrame) -> DataFrame:
     """C2 HwAdvanceGuard (SafeToAdvanceHwm, Kip320 rule 3): a leader's HW advances to h only with |ISR| >=
     min(min.insync.replicas, |replicas|) and every other maximal-ISR member known at LEO >= h (see
     `hightide.audit.checks.high_watermark.hw_advance_guarded`)."""
-    view = _leader_view(frame)
-    advances = _advances(view)
-    return _too_small_isr(frame, advances).unionByName(_members_behind(view, advances))
+    tenures = _tenures(frame)
+    return _too_small_isr(frame, tenures.advances).unionByName(_members_behind(tenures.updates, tenures.advances))
 
 
 def _said() -> Column:
@@ -320,7 +347,7 @@ def _too_small_isr(frame: DataFrame, advances: DataFrame) -> DataFrame:
     )
 
 
-def _members_behind(view: DataFrame, advances: DataFrame) -> DataFrame:
+def _members_behind(updated: DataFrame, advances: DataFrame) -> DataFrame:
     """One row per (advance, maximal-ISR member but the leader), each with the member's last known LEO: the last
     FollowerStateUpdated of it in the same stretch of the leader's view, by one window over both kinds of row."""
     members = advances.select(
@@ -335,7 +362,7 @@ def _members_behind(view: DataFrame, advances: DataFrame) -> DataFrame:
         _null("bigint").alias("follower_leo"),
         F.lit(True).alias("is_advance"),
     )
-    updates = view.where(F.col("type") == events.FollowerStateUpdated.TYPE).select(
+    updates = updated.select(
         *LEADER_KEY,
         "position",
         "follower_segment",

@@ -29,8 +29,17 @@ def emitter_sequences_contiguous(events: DataFrame) -> DataFrame:
 
 
 def _gaps(events: DataFrame) -> DataFrame:
-    incarnation = Window.partitionBy("service", "emitter_id", "incarnation").orderBy("sequence")
-    previous = events.select(
+    """The gaps, found only in the incarnations that have one: the sequences of an incarnation (distinct, as
+    `read_lake` keeps one event per sequence) are 0..n-1 exactly when the least is 0 and the greatest n-1, which an
+    aggregate tells without sorting; only the other incarnations' events (few: a broadcast semi-join picks them)
+    are ordered to find where their gaps are."""
+    key = ["service", "emitter_id", "incarnation"]
+    counted = events.groupBy(*key).agg(
+        F.count("*").alias("_n"), F.min("sequence").alias("_least"), F.max("sequence").alias("_greatest")
+    )
+    gapped = counted.where((F.col("_least") != 0) | (F.col("_greatest") != F.col("_n") - 1)).select(*key)
+    incarnation = Window.partitionBy(*key).orderBy("sequence")
+    previous = events.join(F.broadcast(gapped), key, "left_semi").select(
         "service",
         "emitter_id",
         "incarnation",
