@@ -93,7 +93,7 @@ def test_a_clean_simulated_run_agrees_and_gives_no_violation(spark: SparkSession
     [
         (
             "truncate_to_local_high_watermark",
-            7,
+            28,
             {
                 "committed_prefixes_agree",
                 "truncation_only_uncommitted",
