@@ -36,7 +36,7 @@ def test_a_damaged_history_exits_1_and_writes_its_findings(tmp_path: Path) -> No
     """Given a run whose lake lost events and holds a clashing one, when it is audited with --out, then the exit code
     is 1, the summary names each violation with its events, and findings.parquet and findings.json hold exactly
     the plain-Python audit's findings."""
-    history = simulated.damaged(simulated.clean_history(3))
+    history = simulated.damaged(simulated.clean_history(4))
     lake = write_lake(history, tmp_path / "lake")
 
     result = hightide("history", "audit", "--lake", str(lake), "--out", str(tmp_path / "out"))

@@ -31,6 +31,7 @@ MUTANT_SEEDS = {
     "acknowledge_retries_at_once": 0,
     "ignore_storage_refusals": 0,
     "retention_on_the_monotonic_clock": 1,
+    "retry_takes_a_new_sequence": 2,
 }
 
 

@@ -29,18 +29,19 @@ from support.lake_history import write_lake
 
 STEPS = 2_000
 CLEAN_SEED = 7  # its acks=1 producer loses acknowledged records in leader changes: attributed D4 findings
-# Mutant runs whose clients saw broken promises (found by auditing seeds 0..119 of each mutant), and whether the
-# audit must call them violations: the first two also had a last-known-leader election, to which the audit
-# attributes what the consumer saw (the mutants' own faults are caught by the replica and commit checks).
+# Mutant runs whose clients saw broken promises (found by auditing seeds 0..59 of each mutant, 0..129 of the last,
+# with the simulated producers' five batches in flight), and whether the audit must call them violations: the first
+# two also had a last-known-leader election, to which the audit attributes what the consumer saw (the mutants' own
+# faults are caught by the replica and commit checks).
 MUTANT_RUNS = (
-    # offsets re-read with other values after the election (E3, D4), attributed
-    ("acknowledge_retries_at_once", 46, False),
-    # KIP-101: the consumer is reset back to offset 0 after 20 (E3); an acknowledged offset reads another value
-    # (D4), attributed to the election that followed
-    ("truncate_to_local_high_watermark", 34, False),
-    # without KIP-966 a replica that lost its tail leads, and a retried batch is appended again: a value read at two
-    # offsets (D5), a violation
-    ("no_eligible_leader_replicas", 34, True),
+    # offsets re-read with other values after the last-known-leader election (D4), attributed
+    ("acknowledge_retries_at_once", 17, False),
+    # KIP-101: the consumer reads offsets out of order (E3) and an acknowledged offset reads another value (D4),
+    # both attributed to the last-known-leader election that followed
+    ("truncate_to_local_high_watermark", 1, False),
+    # without KIP-966 a replica that lost its tail leads: an offset read with one value later reads another (D4),
+    # with no election or acks=1 loss to explain it, a violation
+    ("no_eligible_leader_replicas", 129, True),
 )
 
 
@@ -98,24 +99,28 @@ def test_the_hand_written_stories_give_the_same_findings(spark: SparkSession, tm
 
 # -- issue 12 (gaps) ----------------------------------------------------------------------------------------------
 
-RETAINED_AWAY_SEED = 82  # its producer's first batch is retried after retention removed the batch it duplicates
+RETAINED_AWAY_SEED = 212  # its producer's first batches are retried after retention removed the batches they duplicate
 
 
 def test_a_duplicate_after_retention_removed_the_producer_state_is_attributed(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """Seed 82 (KIP-360's case): p1-0, the producer's first batch (sequence 0), is appended at offset 2 but its
-    answer is lost; the producer retries through leader changes while retention moves the log start to 21, so the
-    leader rebuilt its producer table from a log without that batch and appends the retry again at 33. Kafka's
-    idempotence holds only while the producer's state is retained: the duplicate is attributed, not a violation,
-    on both sides."""
+    """Seed 212 (KIP-360's case): p1-0, the producer's first batch (sequence 0), is appended at offset 0 but its
+    answer is lost; the producer retries it through leader changes while retention moves the log start to 22, so
+    the leader elected last rebuilt its producer table from a log without that batch and appends the retry again at
+    23 (and answers it there); p1-5, p1-6, p1-7 and p1-11, first at 5 to 8, are appended again at 24 to 29 the same
+    way. Kafka's idempotence holds only while the producer's state is retained: each duplicate is attributed, not a
+    violation, on both sides."""
     python, on_spark = both_audits(spark, simulated(RETAINED_AWAY_SEED), tmp_path / "lake")
     assert on_spark == python
     assert [f for f in python if f.is_violation] == []
-    (duplicate,) = [f for f in python if f.invariant == "no_duplicates"]
-    assert (duplicate.records, duplicate.first_offset, duplicate.last_offset, duplicate.cause) == (
-        ("p1-0",),
-        2,
-        33,
-        "producer_state_retention",
+    duplicates = sorted(
+        (f.records, f.first_offset, f.last_offset, f.cause) for f in python if f.invariant == "no_duplicates"
     )
+    assert duplicates == [
+        (("p1-0",), 0, 23, "producer_state_retention"),
+        (("p1-11",), 8, 29, "producer_state_retention"),
+        (("p1-5",), 5, 24, "producer_state_retention"),
+        (("p1-6",), 6, 25, "producer_state_retention"),
+        (("p1-7",), 7, 26, "producer_state_retention"),
+    ]

@@ -82,8 +82,8 @@ def test_wiped_disk_histories_agree(spark: SparkSession, tmp_path: Path) -> None
 
 
 def test_a_clean_simulated_run_agrees_and_gives_no_violation(spark: SparkSession, tmp_path: Path) -> None:
-    """Seed 7 crashes brokers, loses acks=1 records across leader changes (attributed) and converges."""
-    found = _both(spark, unchecked_history(7), tmp_path / "lake")
+    """Seed 1 crashes brokers, loses acks=1 records across leader changes (attributed) and converges."""
+    found = _both(spark, unchecked_history(1), tmp_path / "lake")
     assert _violations(found) == set(), [f for f in found if f.is_violation][:3]
     assert {f.cause for f in found} == {"acks1_leader_change"}
 
@@ -93,7 +93,7 @@ def test_a_clean_simulated_run_agrees_and_gives_no_violation(spark: SparkSession
     [
         (
             "truncate_to_local_high_watermark",
-            7,
+            28,
             {
                 "committed_prefixes_agree",
                 "truncation_only_uncommitted",
@@ -101,16 +101,17 @@ def test_a_clean_simulated_run_agrees_and_gives_no_violation(spark: SparkSession
                 "acknowledged_records_lost",
             },
         ),
-        ("no_divergence_check", 2, {"committed_prefixes_agree"}),
-        ("acknowledge_retries_at_once", 0, {"acks_all_acknowledged_committed"}),
+        ("no_divergence_check", 13, {"committed_prefixes_agree"}),
+        ("acknowledge_retries_at_once", 2, {"acks_all_acknowledged_committed"}),
         (
             "no_eligible_leader_replicas",
-            36,
+            139,  # since five in flight the first seed (of 0..220) whose run also loses acks=all records
             {
                 "committed_prefixes_agree",
                 "truncation_only_uncommitted",
                 "leader_completeness",
                 "acknowledged_records_lost",
+                "acks_all_acknowledged_committed",
             },
         ),
     ],

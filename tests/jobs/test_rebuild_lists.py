@@ -85,7 +85,7 @@ def _assert_lists_agree(spark: SparkSession, history: list[Envelope], lake: Path
     return seen[0], seen[1]
 
 
-@pytest.mark.parametrize("seed", [102, 109])
+@pytest.mark.parametrize("seed", [107, 109])
 def test_spark_lists_equal_the_python_rebuild_at_every_instant_of_a_faulty_run(
     spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
@@ -114,7 +114,7 @@ def test_the_rebuild_command_shows_the_offline_replicas_and_the_abandoned_intent
 ) -> None:
     """`hightide history rebuild --at T` gives, next to the state, what the plain rebuild lists at T: the replicas
     marked offline (per partition) and the abandoned intents (JSON, and a line each in text)."""
-    history = [*_faulty_run(102), *metadata_histories.clean_lives()]
+    history = [*_faulty_run(107), *metadata_histories.clean_lives()]
     write_lake(history, tmp_path / "lake")
     walls = sorted(e.wall_ms for e in history)
     at = next(

@@ -9,6 +9,7 @@ instants, and each instant's state is compared with `hightide.audit.rebuild.rebu
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from hightide.protocol import events
 from hightide.protocol.envelope import Envelope
 from simulation.simulator import HEALED_STEPS_MAX, Simulation
 from support.lake_history import write_lake
+from unit.audit import test_rebuild_rules as rules
 
 INSTANTS = 6
 ReplicaRow = tuple[int, int, int, tuple[tuple[int, int], ...]]
@@ -127,13 +129,33 @@ def _assert_states_agree(spark: SparkSession, history: list[Envelope], lake: Pat
     assert got_replicas[instants[-1]], "the last instant holds every event: replicas exist"
 
 
-@pytest.mark.parametrize("seed", [102, 103])
+@pytest.mark.parametrize("seed", [103, 107])
 def test_spark_state_equals_the_python_rebuild_at_every_instant_of_a_faulty_run(
     spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:
     history = _faulty_run(seed)
     kinds = {envelope.type for envelope in history}
     assert {"LogTruncated", "ControllerElected", "LogStartOffsetAdvanced", "ReplicaOffline"} <= kinds, kinds
+    _assert_states_agree(spark, history, tmp_path / "lake")
+
+
+def test_a_replica_whose_log_could_not_be_created_or_opened_rebuilds_as_in_python(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The plain rebuild's ReplicaOffline rule for a replica not open (its storage refused to create the log, or to
+    open it as the broker restarted: no LogOpened came) holds on Spark too: at every instant nothing of it is live,
+    and a LogOpened after it starts the replica from what it says."""
+    refused = events.ReplicaOffline(
+        topic=rules.T, partition=0, replica=1, log_end_offset=0, error="KAFKA_STORAGE_ERROR", detail="CreateLog refused"
+    )
+    at_restart = dataclasses.replace(refused, replica=2, log_end_offset=3, detail="OpenLog refused")
+    history = [
+        *rules.emitted(rules.broker(1), 1_000, refused),
+        *rules.emitted(rules.broker(2), 1_000, rules.opened(b=2), rules.appended(0, 2, b=2)),
+        *rules.emitted(rules.broker(2, "b"), 2_000, at_restart),
+        *rules.emitted(rules.broker(1), 3_000, rules.opened(), rules.appended(0, 1), first_sequence=1),
+    ]
+    assert rebuild(history).anomalies == ()
     _assert_states_agree(spark, history, tmp_path / "lake")
 
 
@@ -148,7 +170,7 @@ def test_a_topic_deleted_and_created_again_rebuilds_to_its_second_life(spark: Sp
 def test_timelines_have_their_columns_and_end_in_the_final_state(spark: SparkSession, tmp_path: Path) -> None:
     """Given a faulty run's lake, the timelines have exactly their declared columns, one replica row per replica
     change, and each replica's last row is the state the whole history leaves."""
-    history = _faulty_run(102)
+    history = _faulty_run(107)
     write_lake(history, tmp_path / "lake")
     replica_timeline, partition_timeline, epoch_timeline = all_timelines(read_lake(spark, tmp_path / "lake"))
     assert _types(replica_timeline.schema) == _types(REPLICA_TIMELINE_SCHEMA)

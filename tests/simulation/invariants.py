@@ -20,6 +20,8 @@ free of the simulator lets a test feed each one a violating history and watch it
 | acknowledged_is_committed    | an acks=all acknowledgement's records are in the leader's log below its HW      |
 | acknowledged_never_lost      | every acks=all acknowledged record stays in the committed log*                  |
 | consumers_below_hw           | no consumer read an offset at or above the leader's HW at the time              |
+| written_once                 | an idempotent producer's record is committed at one offset only: a retry is     |
+|                              | never appended twice (KIP-98), unless retention had deleted the first copy*     |
 | retention_honoured           | each time a replica runs retention, it deletes exactly what Kafka's rule does   |
 |                              | at its wall-clock time: the oldest segments wholly below the HW that are below  |
 |                              | the log start, beyond retention.bytes or older than retention.ms; no other      |
@@ -115,6 +117,7 @@ class PartitionHistory:
     last_controller: ControllerView | None = None
     acknowledged: dict[bytes, int] = field(default_factory=dict)
     exempt: bool = False
+    committed_at: dict[bytes, int] = field(default_factory=dict)  # each committed value's first offset (written_once)
 
 
 def check_step(
@@ -272,7 +275,22 @@ def _record_committed(history: PartitionHistory, leader: ReplicaSnapshot) -> Non
     for offset, value, _ in leader.records:
         if offset < leader.high_watermark and offset not in history.committed:
             history.committed[offset] = value
+            check_written_once(history, value, offset, _log_start(leader))
     history.committed_end = max(history.committed_end, leader.high_watermark)
+
+
+def check_written_once(history: PartitionHistory, value: bytes, offset: int, log_start_offset: int = 0) -> None:
+    """Every value the simulated producers send is unique, so a value committed at a second offset is a batch
+    appended twice: a retry the leader did not recognise as one (its producer id, epoch or sequence changed).
+
+    Not when the first copy is below the leader's log start: retention deleted it, and with it the leader's memory of
+    the producer (it rebuilds its producer table from its log), so a retry of that producer's first batch (sequence
+    0) is appended again, as Kafka's is (producer_state.py, KIP-360); seed 133 does this."""
+    first = history.committed_at.setdefault(value, offset)
+    if first != offset and first >= log_start_offset and not history.exempt:
+        raise InvariantViolation(
+            "written_once", history.name, f"{value!r} committed at offset {first} and again at offset {offset}"
+        )
 
 
 def check_committed_present(

@@ -1,7 +1,8 @@
 """Known-bad variants of the protocol, each of which the simulator must catch: proof that its checks can fail.
 
 Each mutant changes one rule, the way a plausible bug or an old Kafka version would, by overriding one small
-method of the real Partition or ReplicaManager (or one controller or simulation setting). None of them is used
+method of the real Partition or ReplicaManager (or one controller or simulation setting, or the producers' send
+rules). None of them is used
 outside the mutant tests.
 """
 
@@ -9,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from hightide.core.clock import MonoMs, Now, WallMs
 from hightide.core.effects import Effect, Emit, EnforceRetention
+from hightide.core.idempotent_producer import SEQUENCE_MODULUS, B, IdempotentProducer, PartitionSends
 from hightide.core.partition import NO_EPOCH, IsrState, Partition, RemoteReplica
 from hightide.core.producer_state import BatchMetadata
 from hightide.core.replica_manager import ReplicaManager
@@ -97,6 +100,7 @@ class Mutant:
     manager_class: type[ReplicaManager] = ReplicaManager
     sim_settings: dict[str, object] = field(default_factory=dict)
     controller_settings: dict[str, object] = field(default_factory=dict)
+    producer_class: type[IdempotentProducer[Any]] = IdempotentProducer  # the simulated producers' send rules
 
 
 MUTANTS = (
@@ -112,3 +116,28 @@ MUTANTS = (
     Mutant("ignore_storage_refusals", manager_class=IgnoreStorageRefusals),
     Mutant("retention_on_the_monotonic_clock", manager_class=RetentionOnTheMonotonicClock),
 )
+
+
+# -- the idempotent producer's rules (hightide.core.idempotent_producer), driven by the simulated producers ----------
+
+
+class _FreshSequenceOnRetry(PartitionSends[B]):
+    def take_retry(self, now_ms: float) -> B | None:
+        batch = super().take_retry(now_ms)
+        if batch is not None and batch.producer_id == self.producer.producer_id:
+            batch.sequence = self.next_sequence
+            self.next_sequence = (self.next_sequence + batch.record_count) % SEQUENCE_MODULUS
+        return batch
+
+
+class RetryTakesANewSequence(IdempotentProducer[B]):
+    """A refused batch is drained again as a new one: it takes the partition's next sequence instead of keeping its
+    own (Kafka's rule that a batch keeps its sequence across retries, broken), so a leader that appended the first
+    attempt, whose answer was lost, cannot tell the retry from new records and appends them twice."""
+
+    def _new_partition(self, topic: str, partition: int) -> PartitionSends[B]:
+        return _FreshSequenceOnRetry(self, topic, partition)
+
+
+PRODUCER_MUTANTS = (Mutant("retry_takes_a_new_sequence", producer_class=RetryTakesANewSequence),)
+MUTANTS = (*MUTANTS, *PRODUCER_MUTANTS)

@@ -7,7 +7,9 @@ invariants of tests/simulation/invariants.py. The same seed gives the same run, 
 network heals, crashed nodes restart, and the run must converge: one leader per partition, full ISRs,
 identical logs (from the latest log start on), every acks=all acknowledgement present (unless retention deleted it).
 
-The protocol code is the real one (hightide.core): the simulator only carries out its effects. Each broker has a
+The protocol code is the real one (hightide.core): the simulator only carries out its effects. The producers too
+drive the client's own send rules (hightide.core.idempotent_producer) with up to five batches of a partition
+outstanding, retried in order with their sequences across failovers and lost answers. Each broker has a
 wall clock of its own (skewed from true time, and it jumps) and a monotonic clock counting from a random origin far
 from it. The topic is created with small segments and a short retention (`SimConfig.topic_configs`), so each
 broker's memory disk rolls segments and deletes them with the storage engine's rules at that broker's wall time,
@@ -33,8 +35,16 @@ from dataclasses import dataclass, field
 
 from hightide.audit.rebuild import PartitionKey, PartitionState, ReplicaKey, ReplicaState
 from hightide.client.client_events import value_text
-from hightide.client.producer import INDEFINITE_ERRORS
 from hightide.core.effects import CONTROLLER
+from hightide.core.idempotent_producer import (
+    Failed,
+    IdempotentProducer,
+    Outcome,
+    PartitionSends,
+    ProducerBatchState,
+    Resolved,
+    SendConfig,
+)
 from hightide.core.metadata_image import TopicPartition
 from hightide.core.partition import CONSUMER_REPLICA_ID, Partition, PartitionConfig
 from hightide.core.replica_manager import ReplicaManagerConfig
@@ -81,17 +91,7 @@ DISK_FAULTS = ("full", "failing", "oversized")
 CLOCK_SKEW_MS_MAX = 5_000  # each broker's wall clock starts this far from true time at most
 CLOCK_JUMP_MS_MAX = 60_000  # a wall clock jump (NTP stepping it, an operator) moves it this far at most
 RETENTION_BYTES_CHOICES = (-1, 1_536)  # unlimited, or about three segments
-# Errors after which the producer sends the same batch again (Kafka's retriable errors); any other ends the batch.
-RETRIABLE = frozenset(
-    {
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.NOT_ENOUGH_REPLICAS,
-        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        ErrorCode.REQUEST_TIMED_OUT,
-        ErrorCode.KAFKA_STORAGE_ERROR,
-    }
-)
+FIRST_RENEWED_PRODUCER_ID = 1_000  # the producer ids a simulated producer takes after a failure (the controller's)
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,9 @@ class SimConfig:
     # The producers' request timeout (the leader's acks=all wait) and how long they retry a batch.
     produce_timeout_ms: int = 300
     delivery_timeout_ms: int = 3_000
+    # The producers' window (max.in.flight.requests.per.connection) and retry.backoff.ms, on the simulation's clock.
+    max_in_flight: int = 5
+    retry_backoff_ms: int = 20
 
     def topic_configs(self) -> dict[str, str]:
         """The simulation topic's configs, as Kafka names them."""
@@ -141,36 +144,38 @@ class SimConfig:
         }
 
 
-@dataclass
-class PendingBatch:
-    """A producer's batch: sent, and sent again with the same sequence until it is answered for good."""
+class SimBatch(ProducerBatchState):
+    """A simulated producer's batch: the send rules' state (hightide.core.idempotent_producer), its values, and its
+    attempt on the network. It is encoded at each send from the producer id, epoch and sequence the rules gave it."""
 
-    tp: tuple[str, int]
-    values: tuple[bytes, ...]
-    records: bytes
-    deadline_ms: int  # delivery timeout
-    request_tag: int = -1
-    answer_due_ms: int = 0  # no answer by then: the request is lost, send again
-    awaiting: bool = False  # the latest attempt reached the network and has no answer yet
-    # Some attempt ended without a definite answer (lost, or an error of the client's INDEFINITE_ERRORS), so a
-    # failure is `unknown`, as the real client's ProduceFailed.indefinite: the records may be in the log.
-    maybe_written: bool = False
-    last_error: ErrorCode = ErrorCode.REQUEST_TIMED_OUT
+    __slots__ = ("answer_due_ms", "request_tag", "tp", "values")
+
+    def __init__(self, tp: tuple[str, int], values: tuple[bytes, ...], now_ms: int, delivery_timeout_ms: int) -> None:
+        super().__init__(now_ms, delivery_timeout_ms)
+        self.tp = tp
+        self.values = values
+        self.record_count = len(values)
+        self.size = sum(len(v) for v in values)
+        self.request_tag = -1  # of the attempt in flight
+        self.answer_due_ms = 0  # no answer by then: the attempt timed out (request.timeout.ms)
 
 
 @dataclass
 class Producer:
-    """An idempotent producer (KIP-98) with one batch in flight: a retry carries the batch's producer id, epoch and
-    sequence, so a leader that has it answers with its offsets instead of appending it twice."""
+    """An idempotent producer (KIP-98) driving the real send rules: up to `max_in_flight` batches of a partition
+    outstanding, retried in order with their producer id, epoch and sequence, so a leader that has a batch answers
+    with its offsets instead of appending it twice; a batch failed for good takes the producer a new producer id."""
 
     node: int
     acks: int
-    producer_id: int
-    producer_epoch: int = 0
+    producer_id: int  # the producer as an emitter of client events (its first producer id)
+    rules: IdempotentProducer[SimBatch]
     next_value: int = 0
-    sequences: dict[tuple[str, int], int] = field(default_factory=dict)
-    batch: PendingBatch | None = None
-    sent: dict[int, PendingBatch] = field(default_factory=dict)  # request tag -> batch, for the invariants
+    awaiting: dict[int, SimBatch] = field(default_factory=dict)  # request tag -> batch, attempts in flight
+    sent: dict[int, SimBatch] = field(default_factory=dict)  # request tag -> batch, for the invariants
+
+    def pending(self) -> bool:
+        return any(not sends.idle for sends in self.rules.partitions.values())
 
 
 class Simulation:
@@ -212,7 +217,8 @@ class Simulation:
                 broker.manager_class = mutant.manager_class
         overrides = mutant.controller_settings if mutant else {}
         self.controller = SimController(self.config, list(self.brokers), self.now_ms, overrides)
-        self.producers = [Producer(ACKS_ALL_PRODUCER, -1, producer_id=1), Producer(ACKS_ONE_PRODUCER, 1, producer_id=2)]
+        self.producers = [self._new_producer(ACKS_ALL_PRODUCER, -1, 1), self._new_producer(ACKS_ONE_PRODUCER, 1, 2)]
+        self.renewed_producer_ids = FIRST_RENEWED_PRODUCER_ID
         self.consumer_positions: dict[tuple[str, int], int] = {}
         self.consumer_fetches: dict[int, tuple[tuple[str, int], int]] = {}  # request tag -> (tp, fetch offset)
         self.consumer_inflight_deadline = 0
@@ -237,6 +243,18 @@ class Simulation:
             broker.start(self.now_ms)
             broker.registered_as(self.controller.registered_epoch(broker.broker_id), self.now_ms)
         self._sync_metadata()
+
+    def _new_producer(self, node: int, acks: int, producer_id: int) -> Producer:
+        config = SendConfig(
+            max_in_flight_requests_per_connection=self.config.max_in_flight,
+            retry_backoff_ms=self.config.retry_backoff_ms,
+            delivery_timeout_ms=self.config.delivery_timeout_ms,
+            linger_ms=0,
+        )
+        producer_class = self.mutant.producer_class if self.mutant else IdempotentProducer
+        rules: IdempotentProducer[SimBatch] = producer_class(config)
+        rules.producer_id_assigned(producer_id, 0)
+        return Producer(node, acks, producer_id, rules)
 
     def _manager_config(self, broker_id: int, core_config: PartitionConfig) -> ReplicaManagerConfig:
         """The brokers' settings, scaled to the simulation's clock (a tick is 10 ms)."""
@@ -398,114 +416,122 @@ class Simulation:
         return -1 if view is None else view.leader
 
     def _produce(self, producer: Producer) -> None:
-        """Send the batch in flight again if its answer is overdue, or a new batch; give a batch up once its
-        delivery timeout passes (its outcome unknown: the producer bumps its epoch, as Kafka's does, so that the
-        next batch starts a new sequence)."""
-        batch = producer.batch
-        if batch is not None and self.now_ms >= batch.deadline_ms:
-            self._give_up(producer)
-            batch = None
-        if batch is not None:
+        """One tick of a producer: attempts whose answer is overdue end as timed out (they may have been appended),
+        a new batch is queued on a random partition (if its last one has gone), and each partition does what the
+        send rules say: send the next batch, send a refused one again after its backoff, or wait; batches whose
+        delivery timeout passed fail."""
+        for tag, batch in sorted(producer.awaiting.items()):
             if self.now_ms >= batch.answer_due_ms:
-                if batch.awaiting:  # the attempt timed out: it may have been appended all the same
-                    batch.maybe_written = True
-                    batch.last_error = ErrorCode.REQUEST_TIMED_OUT
-                self._send(producer, batch)
-            return
-        if producer.next_value >= self.config.records_max:
-            return
-        tp = (self.config.topic, self.rng.randrange(self.config.partitions))
-        if self._leader_of(tp) < 0:
-            return
-        count = self.rng.randint(1, 3)
-        values = tuple(f"p{-producer.node}-{producer.next_value + i}".encode() for i in range(count))
-        producer.next_value += count
-        sequence = producer.sequences.get(tp, 0)
-        producer.sequences[tp] = sequence + count
-        records = encode_batch(
-            list(values),
-            timestamps=self.now_ms,
-            producer_id=producer.producer_id,
-            producer_epoch=producer.producer_epoch,
-            base_sequence=sequence,
-        )
-        producer.batch = PendingBatch(tp, values, records, self.now_ms + self.config.delivery_timeout_ms)
-        if self.history is not None:
-            for value in values:
-                invoked = SendInvoked(topic=tp[0], partition=tp[1], key=None, value=value.decode())
-                self._record_client(producer.node, invoked)
-        self._send(producer, producer.batch)
+                del producer.awaiting[tag]
+                self._answered(producer, batch, ErrorCode.REQUEST_TIMED_OUT, -1, reached=True)
+        if producer.next_value < self.config.records_max:
+            tp = (self.config.topic, self.rng.randrange(self.config.partitions))
+            sends = producer.rules.partition(*tp)
+            if self._leader_of(tp) >= 0 and not sends.queued:
+                count = self.rng.randint(1, 3)
+                values = tuple(f"p{-producer.node}-{producer.next_value + i}".encode() for i in range(count))
+                producer.next_value += count
+                sends.enqueue(SimBatch(tp, values, self.now_ms, self.config.delivery_timeout_ms))
+                if self.history is not None:
+                    for value in values:
+                        invoked = SendInvoked(topic=tp[0], partition=tp[1], key=None, value=value.decode())
+                        self._record_client(producer.node, invoked)
+        for sends in list(producer.rules.partitions.values()):
+            self._drive(producer, sends)
 
-    def _send(self, producer: Producer, batch: PendingBatch) -> None:
+    def _drive(self, producer: Producer, sends: PartitionSends[SimBatch]) -> None:
+        while True:
+            self._carry_out(producer, sends.expire(self.now_ms))
+            step = sends.next_step()
+            if step == "send":
+                self._send(producer, sends, sends.take(self.now_ms))
+            elif step == "retry" and sends.retry_wait_ms(self.now_ms) <= 0:
+                batch = sends.take_retry(self.now_ms)
+                if batch is not None:
+                    self._send(producer, sends, batch)
+            else:
+                return
+
+    def _send(self, producer: Producer, sends: PartitionSends[SimBatch], batch: SimBatch) -> None:
         leader = self._leader_of(batch.tp)
-        batch.answer_due_ms = self.now_ms + self.config.produce_timeout_ms + 200
         if leader < 0:
+            # The client has no leader to send to: a definite LEADER_NOT_AVAILABLE (the real client's).
+            sends.attempt_ended(batch, self.now_ms)
+            self._carry_out(producer, sends.on_answer(batch, ErrorCode.LEADER_NOT_AVAILABLE, -1, False, self.now_ms))
             return
         self.request_tags += 1
         batch.request_tag = self.request_tags
-        batch.awaiting = True
+        # The client waits a little longer than the leader's request timeout, never past the delivery deadline.
+        batch.answer_due_ms = min(self.now_ms + self.config.produce_timeout_ms + 200, int(batch.deadline_ms))
+        producer.awaiting[self.request_tags] = batch
         producer.sent[self.request_tags] = batch
-        partition = wire.ProducePartitionData(topic=batch.tp[0], partition=batch.tp[1], records=batch.records)
+        records = encode_batch(
+            list(batch.values),
+            timestamps=int(batch.created_ms),
+            producer_id=batch.producer_id,
+            producer_epoch=batch.producer_epoch,
+            base_sequence=batch.sequence,
+        )
+        partition = wire.ProducePartitionData(topic=batch.tp[0], partition=batch.tp[1], records=records)
         body = wire.ProduceRequest(
             acks=producer.acks, timeout_ms=self.config.produce_timeout_ms, partitions=(partition,)
         )  # type: ignore[arg-type]
         self.network.send(self.now_ms, producer.node, leader, Request(self.request_tags, body))
 
-    def _give_up(self, producer: Producer) -> None:
-        self._tell_failed(producer)
-        producer.batch = None
-        producer.producer_epoch += 1
-        producer.sequences.clear()
+    def _answered(self, producer: Producer, batch: SimBatch, error: ErrorCode, base_offset: int, reached: bool) -> None:
+        sends = producer.rules.partition(*batch.tp)
+        sends.attempt_ended(batch, self.now_ms)
+        self._carry_out(producer, sends.on_answer(batch, error, base_offset, reached, self.now_ms))
 
-    def _tell_failed(self, producer: Producer, error: ErrorCode | None = None) -> None:
-        """The batch fails for good: `unknown` if some attempt may have been appended, else `failed` (definite),
-        with the last attempt's error, as the real client reports it."""
-        batch = producer.batch
-        if batch is not None and self.history is not None:
-            if batch.awaiting:
-                batch.maybe_written = True
-            outcome = "unknown" if batch.maybe_written else "failed"
-            name = (error or batch.last_error).name
-            for value in batch.values:
-                completed = SendCompleted(
-                    topic=batch.tp[0],
-                    partition=batch.tp[1],
-                    value=value.decode(),
-                    outcome=outcome,
-                    offset=-1,
-                    error=name,
-                )
-                self._record_client(producer.node, completed)
+    def _carry_out(self, producer: Producer, outcomes: list[Outcome[SimBatch]]) -> None:
+        """What the send rules decided: tell each resolved or failed batch's outcome, as the real client's events do,
+        and take a new producer id when a failure asks for it."""
+        for outcome in outcomes:
+            batch = outcome.batch
+            if isinstance(outcome, Resolved):
+                self._tell(producer, batch, "ok", ErrorCode.NONE, outcome.base_offset)
+            elif isinstance(outcome, Failed):
+                self._tell(producer, batch, "unknown" if outcome.indefinite else "failed", outcome.error, -1)
+                if outcome.renew_producer_id:
+                    self.renewed_producer_ids += 1
+                    producer.rules.producer_id_assigned(self.renewed_producer_ids, 0)
+
+    def _tell(self, producer: Producer, batch: SimBatch, outcome: str, error: ErrorCode, base_offset: int) -> None:
+        if self.history is None:
+            return
+        for index, value in enumerate(batch.values):
+            completed = SendCompleted(
+                topic=batch.tp[0],
+                partition=batch.tp[1],
+                value=value.decode(),
+                outcome=outcome,
+                offset=base_offset + index if base_offset >= 0 else -1,
+                error=error.name,
+            )
+            self._record_client(producer.node, completed)
+
+    def _fail_everything(self, producer: Producer, error: ErrorCode) -> None:
+        """Every batch the producer has fails (its topic is gone): `unknown` if some attempt may have been appended
+        (or is in flight), else `failed`; the producer starts again with a new producer id."""
+        in_flight = {id(batch) for batch in producer.awaiting.values()}
+        for sends in producer.rules.partitions.values():
+            for batch in [*sends.queued, *sends.unresolved]:
+                indefinite = batch.maybe_written or id(batch) in in_flight
+                self._tell(producer, batch, "unknown" if indefinite else "failed", error, -1)
+        producer.awaiting.clear()
+        self.renewed_producer_ids += 1
+        fresh = self._new_producer(producer.node, producer.acks, producer.producer_id)
+        fresh.rules.producer_id_assigned(self.renewed_producer_ids, 0)
+        producer.rules = fresh.rules
 
     def _on_produce_response(self, node: int, message: object) -> None:
         assert isinstance(message, Answer) and isinstance(message.body, wire.ProduceResponse)
         producer = next(p for p in self.producers if p.node == node)
-        batch = producer.batch
-        if batch is None or message.tag != batch.request_tag:
-            return  # an answer to an earlier attempt: the latest one decides
+        batch = producer.awaiting.pop(message.tag, None)
+        if batch is None:
+            return  # an answer to an attempt that timed out: the client has moved on
         (answer,) = message.body.partitions
-        error = ErrorCode(answer.error)
-        batch.awaiting = False
-        batch.last_error = error
-        if error in INDEFINITE_ERRORS:
-            batch.maybe_written = True
-        if error is ErrorCode.NONE:
-            if self.history is not None:
-                for index, value in enumerate(batch.values):
-                    completed = SendCompleted(
-                        topic=batch.tp[0],
-                        partition=batch.tp[1],
-                        value=value.decode(),
-                        outcome="ok",
-                        offset=answer.base_offset + index,
-                        error=ErrorCode.NONE.name,
-                    )
-                    self._record_client(node, completed)
-            producer.batch = None
-        elif error in RETRIABLE:
-            batch.answer_due_ms = self.now_ms + self.rng.randint(10, 50)  # retry.backoff.ms
-        else:
-            self._give_up(producer)
+        self._answered(producer, batch, ErrorCode(answer.error), answer.base_offset, reached=True)
 
     def _check_acknowledgement(self, broker: SimBroker, request_tag: int, response: wire.ProduceResponse) -> None:
         """acks=all's promise at the moment the leader answers: each acknowledged record is in its log below its
@@ -675,8 +701,7 @@ class Simulation:
         self.lossy_losers = {tp: set() for tp in self.histories}
         self.consumer_positions.clear()
         for producer in self.producers:
-            self._tell_failed(producer, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            producer.batch = None
+            self._fail_everything(producer, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
     # -- partition reassignment (issue 13) ------------------------------------------------------------------
 
@@ -770,7 +795,7 @@ class Simulation:
                 return False
             if not self._logs_agree(tp):
                 return False
-        return all(p.batch is None for p in self.producers)
+        return not any(p.pending() for p in self.producers)
 
     def _logs_agree(self, tp: tuple[str, int]) -> bool:
         """Every replica's log ends at the same offset and holds the same records from the latest log start on

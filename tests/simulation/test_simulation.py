@@ -22,8 +22,9 @@ STEPS = 2_000
 SEEDS = int(os.environ.get("HIGHTIDE_SIM_SEEDS", "200"))
 CHUNK = 25
 REPLAY_SEED = os.environ.get("HIGHTIDE_SEED")
-# How many seeds each mutant may take to be caught (measured with retention on: the slowest,
-# leader_shrinks_isr_on_its_own, is caught at seed 85; the others within the first 40).
+# How many seeds each mutant may take to be caught (measured with retention on and the producers driving the core's
+# send rules with five in flight: the slowest, leader_shrinks_isr_on_its_own, is caught at seed 72; the others within
+# the first 30).
 MUTANT_SEEDS_MAX = 120
 
 

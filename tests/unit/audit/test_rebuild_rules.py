@@ -7,6 +7,7 @@ history that contradicts itself is reported as an anomaly naming the event.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from hightide.audit.rebuild import ClusterState, PartitionState, ReplicaState, rebuild
@@ -214,6 +215,23 @@ def test_an_offline_replica_leaves_the_live_set_until_its_broker_reopens_it() ->
     assert details(rebuild(emitted(broker(), 1_000, opened(), appended(0, 4), wrong))) == [
         "ReplicaOffline: LEO is 9 in the event but 5 in the history"
     ]
+
+
+def test_a_replica_whose_log_could_not_be_created_or_opened_goes_offline_without_an_anomaly() -> None:
+    """Given a broker whose failing disk refuses to create a newly assigned replica's log, or to open one as the broker
+    starts (both found by the simulation once its producers kept five batches in flight: a reassignment onto a broker
+    whose disk had just filled up, seed 0; a restart onto a failing disk, seed 29), when it reports that replica
+    offline with no LogOpened before, then nothing is open and nothing contradicts; the replica stays out of the live
+    set until a LogOpened brings it back."""
+    refused = events.ReplicaOffline(
+        topic=T, partition=0, replica=1, log_end_offset=0, error="KAFKA_STORAGE_ERROR", detail="CreateLog refused"
+    )
+    state = rebuild(emitted(broker(), 1_000, refused))
+    assert (state.replicas, state.anomalies) == ({}, ())
+    at_restart = dataclasses.replace(refused, log_end_offset=3, detail="OpenLog refused")
+    history = emitted(broker(), 1_000, opened(), appended(0, 2)) + emitted(broker(incarnation="b"), 2_000, at_restart)
+    state = rebuild(history)
+    assert (state.replicas, state.anomalies) == ({}, ())  # a restart closes every replica until its LogOpened
 
 
 def test_another_broker_is_another_replica() -> None:

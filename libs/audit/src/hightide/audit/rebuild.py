@@ -48,6 +48,7 @@ Replica rules, keyed by (topic, partition, broker):
 | LogDeleted             | the replica is gone                                                                  |
 | ReplicaOffline         | the replica is out of service (its storage refused a write): gone from the live set |
 |                        | until a LogOpened, when its broker has restarted and recovered the log, brings it back |
+|                        | (one not open is a log its storage refused to create or open: no change)             |
 
 The epoch rules are Kafka's LeaderEpochFileCache (`hightide.audit.epochs`).
 
@@ -343,6 +344,11 @@ class _ReplicaFold:
                 self._check_offsets(envelope, (event.topic, event.partition, event.replica), event)
             case events.FetchServed():
                 self._check_offsets(envelope, (event.topic, event.partition, event.leader), event)
+            case events.ReplicaOffline() if (event.topic, event.partition, event.replica) not in self.open:
+                # The storage refused to create or open its log (a full or failing disk when the replica was
+                # assigned, or as its broker started): no LogOpened came, so nothing leaves the live set; the event
+                # tells the controller it is offline.
+                self._check_emitter(envelope, event.replica)
             case events.LogDeleted() | events.ReplicaOffline():
                 replica = self._replica(envelope, (event.topic, event.partition, event.replica))
                 self._expect(envelope, "LEO", event.log_end_offset, replica.log_end_offset)

@@ -30,6 +30,10 @@ Room: services/client. Kafka's KafkaProducer, reduced to what Hightide serves to
   `max.block.ms` in all, while `buffer.memory` bytes are unacknowledged and until the metadata has the topic and
   partition (Kafka's waitOnMetadata: a broker that has just restarted may call a live topic unknown); a record
   over `max.request.size` is refused.
+
+The send rules (sequences, the window, which answers are retried and in what order, expiry, outcomes) are
+`hightide.core.idempotent_producer`'s, which the simulation drives too; this module is their wiring: one task per
+partition that waits (linger, backoff, answers) and carries out what the rules say, the connection, the futures.
 """
 
 from __future__ import annotations
@@ -38,12 +42,21 @@ import asyncio
 import contextlib
 import random
 import time
-from collections import deque
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from hightide.client.connection import ClientError, ClusterConnection, PartitionInfo
+from hightide.core.idempotent_producer import (
+    INDEFINITE_ERRORS,
+    Failed,
+    IdempotentProducer,
+    Outcome,
+    PartitionSends,
+    ProducerBatchState,
+    Resolved,
+    SendConfig,
+)
 from hightide.core.partitioner import (
     BuiltInPartitioner,
     NodeLatencyStats,
@@ -66,19 +79,7 @@ _BOOLEANS: Final = frozenset(
 )
 
 
-# Errors after which a produce may have been appended all the same (the request may have reached the leader).
-# Answers after which the records may be in the log all the same. NOT_LEADER_OR_FOLLOWER is one: a leader that loses
-# its leadership answers the produces it appended and still waits on with it (Kafka's DelayedProduce does the same),
-# and the new leader may hold those records.
-INDEFINITE_ERRORS: Final = frozenset(
-    {
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        ErrorCode.REQUEST_TIMED_OUT,
-        ErrorCode.NETWORK_EXCEPTION,
-        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        ErrorCode.UNKNOWN_SERVER_ERROR,
-    }
-)
+__all__ = ["INDEFINITE_ERRORS", "ProduceFailed", "Producer", "ProducerConfig", "RecordFuture", "RecordMetadata"]
 
 
 class ProduceFailed(ClientError):
@@ -112,13 +113,19 @@ class ProducerConfig:
                 f"Invalid value {self.partitioner_availability_timeout_ms} for configuration "
                 "partitioner.availability.timeout.ms: Value must be at least 0"
             )
-        if self.max_in_flight_requests_per_connection < 1:
-            raise ValueError("max.in.flight.requests.per.connection must be at least 1")
-        if self.enable_idempotence and self.max_in_flight_requests_per_connection > 5:
-            # Kafka's ConfigException: the leader remembers only the last five batches of each producer.
-            raise ValueError(
-                "Must set max.in.flight.requests.per.connection to at most 5 to use the idempotent producer."
-            )
+        self.send_config()  # the send rules' own checks (max.in.flight.requests.per.connection)
+
+    def send_config(self) -> SendConfig:
+        """The configs the send rules (hightide.core.idempotent_producer) read."""
+        return SendConfig(
+            enable_idempotence=self.enable_idempotence,
+            max_in_flight_requests_per_connection=self.max_in_flight_requests_per_connection,
+            retries=self.retries,
+            retry_backoff_ms=self.retry_backoff_ms,
+            delivery_timeout_ms=self.delivery_timeout_ms,
+            batch_size=self.batch_size,
+            linger_ms=self.linger_ms,
+        )
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> ProducerConfig:
@@ -153,47 +160,21 @@ class RecordMetadata:
     offset: int
 
 
-class _Batch:
+class _Batch(ProducerBatchState):
     """Records of one partition sent together (Kafka's ProducerBatch): filled by `send` until it is full or taken,
     then delivered whole. Its one future carries the base offset, so a record's outcome costs no future of its
-    own (the per-record futures and their callbacks were the producer's bottleneck)."""
+    own (the per-record futures and their callbacks were the producer's bottleneck). The send rules' part of it
+    (sequence, attempts, deadline: `ProducerBatchState`) is in milliseconds of the monotonic clock."""
 
-    __slots__ = (
-        "attempts",
-        "created",
-        "deadline",
-        "encoded",
-        "future",
-        "generation",
-        "keys",
-        "last_attempt_end",
-        "last_error",
-        "maybe_written",
-        "producer_id",
-        "sent_index",
-        "sequence",
-        "size",
-        "timestamps",
-        "values",
-    )
+    __slots__ = ("encoded", "future", "keys", "timestamps", "values")
 
-    def __init__(self, deadline: float, created: float, future: asyncio.Future[int]) -> None:
+    def __init__(self, created_ms: float, delivery_timeout_ms: int, future: asyncio.Future[int]) -> None:
+        super().__init__(created_ms, delivery_timeout_ms)
         self.values: list[bytes] = []
         self.keys: list[bytes | None] = []
         self.timestamps: list[int] = []
-        self.size = 0
-        self.deadline = deadline
-        self.created = created
         self.future = future
         self.encoded = b""  # the batch as sent: encoded once, with its sequence, and sent again as is on a retry
-        self.sequence = -1
-        self.producer_id = -1
-        self.generation = 0  # which producer id of this producer it was encoded with (0, 1, ...: in order)
-        self.attempts = 0
-        self.last_attempt_end = 0.0  # monotonic seconds: retry.backoff.ms counts from here
-        self.last_error = ErrorCode.REQUEST_TIMED_OUT  # of the last attempt (the error a failure reports)
-        self.maybe_written = False  # some attempt ended without a definite answer
-        self.sent_index = 0  # the partition's count of batches sent when this one was first sent (issue 14)
 
 
 class RecordFuture:
@@ -228,13 +209,12 @@ class RecordFuture:
 class _PartitionQueue:
     topic: str
     partition: int
-    batches: deque[_Batch] = field(default_factory=deque)  # filling, not yet sent
+    sends: PartitionSends[_Batch]  # the partition's batches, queued to resolved, under the send rules
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    sequence: int = 0  # the next batch's base sequence (assigned when it is sent, as Kafka's drain does)
-    in_flight: int = 0
-    unresolved: list[_Batch] = field(default_factory=list)  # sent, without an outcome yet (in flight or to retry)
-    retry: list[_Batch] = field(default_factory=list)  # refused retriably: sent again one by one, in sequence order
-    sent: int = 0  # batches sent so far (first sends), to bound how far past the oldest unresolved one they go
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1000
 
 
 class Producer:
@@ -243,10 +223,7 @@ class Producer:
     def __init__(self, connection: ClusterConnection, config: ProducerConfig | None = None) -> None:
         self.conn = connection
         self.config = config or ProducerConfig()
-        self.producer_id = -1
-        self.producer_epoch = -1
-        self._generation = 0  # bumped with each new producer id
-        self._abandoned: set[int] = set()  # producer ids being replaced after a batch of theirs failed
+        self._rules: IdempotentProducer[_Batch] = IdempotentProducer(self.config.send_config())
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
         self._topic_queues: dict[str, dict[int, _PartitionQueue]] = {}  # the same queues, by topic and partition
         self._partitioners: dict[str, BuiltInPartitioner] = {}  # Kafka's TopicInfo.builtInPartitioner
@@ -259,6 +236,14 @@ class Producer:
         self._buffered = 0  # bytes of records not yet acknowledged or failed (buffer.memory)
         self._space = asyncio.Event()
         self._space.set()
+
+    @property
+    def producer_id(self) -> int:
+        return self._rules.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self._rules.producer_epoch
 
     async def __aenter__(self) -> Producer:
         if self.config.enable_idempotence:
@@ -287,10 +272,7 @@ class Producer:
                 await asyncio.sleep(self.config.retry_backoff_ms / 1000)  # retry backoff, as Kafka's client
                 continue
             if answer.error_code is ErrorCode.NONE:
-                self.producer_id, self.producer_epoch = answer.producer_id, answer.producer_epoch
-                self._generation += 1
-                for queue in self._queues.values():
-                    queue.sequence = 0
+                self._rules.producer_id_assigned(answer.producer_id, answer.producer_epoch)
                 return
             if not answer.error_code.retriable or time.monotonic() > deadline:
                 raise ProduceFailed(answer.message or "no producer id", answer.error_code)
@@ -332,17 +314,18 @@ class Producer:
         if partition is None:
             partition, sticky = self._choose_partition(topic, key, partitions)
         queue = self._queue(topic, partition)
-        batch = queue.batches[-1] if queue.batches else None
+        queued = queue.sends.queued
+        batch = queued[-1] if queued else None
         if batch is None or (batch.size + size > self.config.batch_size and batch.values):
-            now = time.monotonic()
             future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-            batch = _Batch(now + self.config.delivery_timeout_ms / 1000, now, future)
-            queue.batches.append(batch)
+            batch = _Batch(_now_ms(), self.config.delivery_timeout_ms, future)
+            queue.sends.enqueue(batch)
             self._unfinished.add(future)
             future.add_done_callback(self._unfinished.discard)
-            if len(queue.batches) == 1:
+            if len(queued) == 1:
                 queue.wake.set()  # the sender lingers from this batch's creation
         index = len(batch.values)
+        batch.record_count += 1
         batch.values.append(value)
         batch.keys.append(key)
         batch.timestamps.append(int(time.time() * 1000) if timestamp_ms is None else timestamp_ms)
@@ -430,13 +413,13 @@ class Producer:
         if not adaptive or len(queues) < len(partitions):
             partitioner.update_partition_load_stats(None, (), 0)
             return
-        now = time.monotonic()
+        now_ms = _now_ms()
         loads = []
         for number, queue in queues.items():
             leader = partitions[number].leader if number < len(partitions) else -1
-            if timeout_ms > 0 and leader >= 0 and self._blocked(queue, now):
-                self._node_ready(leader, int(now * 1000), can_drain=False)
-            loads.append(PartitionLoad(number, leader, len(queue.batches) + len(queue.retry)))
+            if timeout_ms > 0 and leader >= 0 and queue.sends.blocked(now_ms):
+                self._node_ready(leader, int(now_ms), can_drain=False)
+            loads.append(PartitionLoad(number, leader, len(queue.sends.queued) + len(queue.sends.retry)))
         queue_sizes, partition_ids, length = load_stats_input(
             loads,
             len(partitions),
@@ -445,19 +428,6 @@ class Producer:
             node_stats=self._node_stats,
         )
         partitioner.update_partition_load_stats(queue_sizes, partition_ids, length)
-
-    def _blocked(self, queue: _PartitionQueue, now: float) -> bool:
-        """Whether the queue's first batch is ready to go (full, or lingered) but its sender may not send it."""
-        if not queue.batches:
-            return False
-        first = queue.batches[0]
-        ready = (
-            len(queue.batches) > 1
-            or first.size >= self.config.batch_size
-            or now >= first.created + self.config.linger_ms / 1000
-        )
-        window_full = queue.in_flight >= self.config.max_in_flight_requests_per_connection
-        return ready and (window_full or bool(queue.retry))
 
     def _node_ready(self, leader: int, now_ms: int, *, can_drain: bool) -> None:
         """Kafka's updateNodeLatencyStats (only kept with partitioner.availability.timeout.ms > 0)."""
@@ -476,7 +446,9 @@ class Producer:
     def _queue(self, topic: str, partition: int) -> _PartitionQueue:
         queue = self._queues.get((topic, partition))
         if queue is None:
-            queue = self._queues[(topic, partition)] = _PartitionQueue(topic, partition)
+            queue = self._queues[(topic, partition)] = _PartitionQueue(
+                topic, partition, self._rules.partition(topic, partition)
+            )
             self._topic_queues.setdefault(topic, {})[partition] = queue
             assert self._group is not None
             self._group.create_task(self._sender(queue))
@@ -496,86 +468,70 @@ class Producer:
             self._flushing -= 1
 
     async def _sender(self, queue: _PartitionQueue) -> None:
-        """One partition's sender (Kafka's Sender for one partition): linger from the oldest batch's creation
-        until it is full, then send it, with up to max.in.flight.requests.per.connection batches in flight. A
-        batch refused retriably stops new sends: once the window is back, the refused batches go again one at a
-        time in sequence order, so the leader's sequence check keeps the partition's records in send order. Every
+        """One partition's sender (Kafka's Sender for one partition): it does what the send rules say next (send the
+        first queued batch once it has lingered, send a refused one again after its backoff, or wait), and every
         wait ends by the next delivery deadline of a batch that waits, which then expires."""
-        window = self.config.max_in_flight_requests_per_connection
+        sends = queue.sends
         while True:
-            self._expire(queue)
-            if queue.retry:
-                if queue.in_flight:
-                    await self._wait(queue)
-                    continue
+            self._carry_out(queue, sends.expire(_now_ms()))
+            step = sends.next_step()
+            if step == "retry":
                 await self._retry_first(queue)
                 continue
-            if not queue.batches or queue.in_flight >= window or self._past_dedup_window(queue):
-                if self._closing and not queue.batches and not queue.in_flight:
+            if step == "wait":
+                if self._closing and sends.idle:
                     return
                 await self._wait(queue)
                 continue
-            batch = queue.batches[0]
-            full = len(queue.batches) > 1 or batch.size >= self.config.batch_size
-            if not full and not self._closing and not self._flushing:
-                remaining = batch.created + self.config.linger_ms / 1000 - time.monotonic()
-                if remaining > 0:
+            if not self._closing and not self._flushing:
+                remaining_ms = sends.linger_left_ms(_now_ms())
+                if remaining_ms > 0:
                     queue.wake.clear()
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(queue.wake.wait(), remaining)
+                        await asyncio.wait_for(queue.wake.wait(), remaining_ms / 1000)
                     continue
-            queue.batches.popleft()
             if self.config.partitioner_availability_timeout_ms > 0:
                 self._leader_took(queue)
-            self._encode(queue, batch)
-            queue.sent += 1
-            batch.sent_index = queue.sent
-            queue.unresolved.append(batch)
-            queue.in_flight += 1
+            batch = sends.take(_now_ms())
+            self._encode(batch)
             assert self._group is not None
             self._group.create_task(self._send_once(queue, batch))
-
-    def _past_dedup_window(self, queue: _PartitionQueue) -> bool:
-        """Whether the next batch would be `max.in.flight.requests.per.connection` (at most 5) or more batches past
-        the oldest one still unresolved (issue 14). The leader remembers only its producer's last five batches, so
-        a retry of that one must come before five later batches are written, or it is refused as
-        OUT_OF_ORDER_SEQUENCE_NUMBER. Over TCP Kafka's window of requests in flight is enough, as a lost answer
-        closes the connection and fails them all; over NATS one answer can be lost alone (the broker's NATS node
-        died) while later ones come back, so the window must count from the oldest unresolved batch."""
-        if not queue.unresolved:
-            return False
-        oldest = min(batch.sent_index for batch in queue.unresolved)
-        return queue.sent + 1 - oldest >= self.config.max_in_flight_requests_per_connection
 
     @staticmethod
     async def _wait(queue: _PartitionQueue) -> None:
         """Until something changes for the queue (checked by the caller with no await since, so no wake is lost),
         or the delivery deadline of a batch that waits (queued or to retry) comes."""
         queue.wake.clear()
-        deadlines = [b.deadline for b in queue.retry]
-        if queue.batches:
-            deadlines.append(queue.batches[0].deadline)  # batches are queued in creation order
+        deadlines = [b.deadline_ms for b in queue.sends.waiting()]
         if not deadlines:
             await queue.wake.wait()
             return
         # A timer that wakes the sender (cheaper than wait_for's task, and this is once per batch).
-        timer = asyncio.get_running_loop().call_later(max(min(deadlines) - time.monotonic(), 0), queue.wake.set)
+        delay_s = max(min(deadlines) - _now_ms(), 0) / 1000
+        timer = asyncio.get_running_loop().call_later(delay_s, queue.wake.set)
         try:
             await queue.wake.wait()
         finally:
             timer.cancel()
 
-    def _expire(self, queue: _PartitionQueue) -> None:
-        """Kafka's RecordAccumulator.expiredBatches: fail the waiting batches whose delivery.timeout.ms has passed.
-        A queued batch was never sent (a definite failure, no sequence spent); one waiting for its retry fails
-        with its last attempt's error."""
-        now = time.monotonic()
-        while queue.batches and queue.batches[0].deadline <= now:
-            batch = queue.batches.popleft()
-            self._fail(queue, batch, ErrorCode.REQUEST_TIMED_OUT, self._expiry_message(queue, batch))
-        for batch in [b for b in queue.retry if b.deadline <= now]:
-            queue.retry.remove(batch)
-            self._fail(queue, batch, batch.last_error, self._expiry_message(queue, batch))
+    def _carry_out(self, queue: _PartitionQueue, outcomes: list[Outcome[_Batch]]) -> None:
+        """What the send rules decided: resolve a batch's future, fail it (taking a new producer id if asked)."""
+        for outcome in outcomes:
+            batch = outcome.batch
+            if isinstance(outcome, Resolved):
+                self._resolve(batch)
+                if not batch.future.done():
+                    batch.future.set_result(outcome.base_offset)
+            elif isinstance(outcome, Failed):
+                message = self._expiry_message(queue, batch) if outcome.expired else f"{queue.topic}-{queue.partition}"
+                self._resolve(batch)
+                if not batch.future.done():
+                    failure = ProduceFailed(message, outcome.error)
+                    failure.indefinite = outcome.indefinite
+                    batch.future.set_exception(failure)
+                if outcome.renew_producer_id:
+                    assert self._group is not None
+                    self._group.create_task(self._init_producer_id())
 
     def _expiry_message(self, queue: _PartitionQueue, batch: _Batch) -> str:
         return (
@@ -583,90 +539,36 @@ class Producer:
             f"{self.config.delivery_timeout_ms} ms has passed since batch creation"
         )
 
-    def _encode(self, queue: _PartitionQueue, batch: _Batch) -> None:
-        idempotent = self.config.enable_idempotence
-        batch.sequence = queue.sequence if idempotent else -1
-        batch.producer_id = self.producer_id if idempotent else -1
-        batch.generation = self._generation
+    def _encode(self, batch: _Batch) -> None:
         batch.encoded = encode_batch(
             batch.values,
             keys=batch.keys,
             timestamps=batch.timestamps,
             producer_id=batch.producer_id,
-            producer_epoch=self.producer_epoch if idempotent else -1,
+            producer_epoch=batch.producer_epoch,
             base_sequence=batch.sequence,
         )
-        if idempotent:
-            queue.sequence = (queue.sequence + len(batch.values)) % (2**31)
 
     async def _send_once(self, queue: _PartitionQueue, batch: _Batch) -> None:
         try:
             error, base_offset, reached = await self._attempt(queue, batch)
         finally:
-            queue.in_flight -= 1
-            batch.last_attempt_end = time.monotonic()
+            queue.sends.attempt_ended(batch, _now_ms())
             queue.wake.set()
-        if error is ErrorCode.NONE:
-            self._resolve(queue, batch)
-            if not batch.future.done():
-                batch.future.set_result(base_offset)
-            return
-        batch.attempts += 1
-        batch.last_error = error
-        if reached and error in INDEFINITE_ERRORS:
-            batch.maybe_written = True
-        if self._retriable(queue, batch, error):
-            queue.retry.append(batch)
-            queue.retry.sort(key=lambda b: (b.generation, b.sequence))
-            return
-        self._fail(queue, batch, error, f"{queue.topic}-{queue.partition}")
-
-    def _fail(self, queue: _PartitionQueue, batch: _Batch, error: ErrorCode, message: str) -> None:
-        """The batch's records fail for good. If it was sent with a sequence, the leader may hold it or not, so
-        that producer id's sequence space is abandoned: the producer takes a new id (once per id)."""
-        sent = batch.sequence >= 0
-        self._resolve(queue, batch)
-        if not batch.future.done():
-            failure = ProduceFailed(message, error)
-            failure.indefinite = batch.maybe_written
-            batch.future.set_exception(failure)
-        if sent and batch.producer_id == self.producer_id and batch.producer_id not in self._abandoned:
-            self._abandoned.add(batch.producer_id)
-            assert self._group is not None
-            self._group.create_task(self._init_producer_id())
-
-    def _retriable(self, queue: _PartitionQueue, batch: _Batch, error: ErrorCode) -> bool:
-        """Kafka's canRetry: attempts and delivery.timeout.ms left, and a retriable error, or an out-of-order
-        sequence caused by an earlier batch of the partition (same producer id) that is itself still unresolved."""
-        if batch.attempts > self.config.retries:
-            return False
-        if time.monotonic() + self.config.retry_backoff_ms / 1000 > batch.deadline:
-            return False
-        if error.retriable:
-            return True
-        earlier = any(
-            b.sequence < batch.sequence and b.generation == batch.generation for b in queue.unresolved if b is not batch
-        )
-        return error is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and earlier
+        self._carry_out(queue, queue.sends.on_answer(batch, error, base_offset, reached, _now_ms()))
 
     async def _retry_first(self, queue: _PartitionQueue) -> None:
-        """Send the first batch to retry, `retry.backoff.ms` after its last attempt (Kafka counts the backoff per
-        batch, so a refused window does not wait once per batch), to the leader fresh metadata names."""
-        batch = queue.retry[0]
-        backoff_s = self.config.retry_backoff_ms / 1000
-        wait_s = min(batch.last_attempt_end + backoff_s, batch.deadline) - time.monotonic()
-        if wait_s > 0:
-            await asyncio.sleep(wait_s)  # Kafka's retry.backoff.ms between attempts
-        await self.conn.refresh((queue.topic,), max_age_s=backoff_s)
-        if time.monotonic() >= batch.deadline:
-            return  # the sender's next _expire fails it
-        queue.retry.remove(batch)  # nothing else changes the retry list while nothing is in flight
-        queue.in_flight += 1
+        """Send the first batch to retry after its backoff, to the leader fresh metadata names."""
+        wait_ms = queue.sends.retry_wait_ms(_now_ms())
+        if wait_ms > 0:
+            await asyncio.sleep(wait_ms / 1000)  # Kafka's retry.backoff.ms between attempts
+        await self.conn.refresh((queue.topic,), max_age_s=self.config.retry_backoff_ms / 1000)
+        batch = queue.sends.take_retry(_now_ms())
+        if batch is None:
+            return  # its deadline has come: the sender's next expire fails it
         await self._send_once(queue, batch)
 
-    def _resolve(self, queue: _PartitionQueue, batch: _Batch) -> None:
-        if batch in queue.unresolved:
-            queue.unresolved.remove(batch)
+    def _resolve(self, batch: _Batch) -> None:
         self._release(batch)
         # Its RecordFutures need only the batch's future: drop the records, so a caller that keeps the futures
         # (as Kafka's FutureRecordMetadata, which holds only the result) does not keep the data twice over.
@@ -690,7 +592,7 @@ class Producer:
             return ErrorCode.NONE, -1, True
         # The leader answers by request.timeout.ms; the client waits a second longer for that answer, but never
         # past the batch's delivery deadline.
-        timeout_s = min(self.config.request_timeout_ms / 1000 + 1, batch.deadline - time.monotonic())
+        timeout_s = min(self.config.request_timeout_ms / 1000 + 1, (batch.deadline_ms - _now_ms()) / 1000)
         backoff_s = self.config.retry_backoff_ms / 1000
         try:
             answer = await self.conn.broker_watched(
@@ -716,7 +618,7 @@ class Producer:
 
 def _all_batches_full(queue: _PartitionQueue | None, batch_size: int) -> bool:
     """Kafka's allBatchesFull: only the last batch of a partition can still be filling."""
-    return queue is None or not queue.batches or queue.batches[-1].size >= batch_size
+    return queue is None or not queue.sends.queued or queue.sends.queued[-1].size >= batch_size
 
 
 def _available(partitions: list[PartitionInfo]) -> list[int]:

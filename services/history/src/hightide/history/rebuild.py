@@ -18,7 +18,9 @@ How the replica fold becomes windows, per replica (topic, partition, broker) in 
   square);
 - LogDeleted and ReplicaOffline take the replica out of the live set: their row carries the state the disk was
   left in (`online` false), and an event after them that is not a LogOpened starts from an empty replica, as the
-  plain fold does (it notes an anomaly).
+  plain fold does (it notes an anomaly). A ReplicaOffline of a replica not open (its storage refused to create or
+  open the log: no LogOpened came) is such a row too, so nothing of the replica is live, as the plain fold keeps
+  nothing of it (without an anomaly); the jobs tests hold the two to the same states.
 
 The partition fold: metadata events in `controller_order` (terms cut at ControllerElected and ordered by
 (controller epoch, first wall_ms, emitter), abandoned controller intents left out, by `Takeovers`' rule), then per
