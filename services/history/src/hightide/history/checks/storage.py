@@ -4,7 +4,7 @@
 Room: services/history. The twin of `hightide.audit.checks.storage` (the specification), with the same findings row
 for row: within one broker incarnation and replica (the lake's `topic` and `partition` columns), ordered by
 position, a StorageRefused is broken when the first serving event after it comes before any ReplicaOffline after
-it (window functions over the rows that follow).
+it (window functions over the rows that follow, folded from the last row back).
 """
 
 from __future__ import annotations
@@ -39,13 +39,16 @@ def storage_refusal_takes_replica_offline(lake_events: DataFrame) -> DataFrame:
     ).withColumn("_p", F.from_json("payload", _PAYLOAD))
     # A failed answer (a FetchServed or ProduceCompleted whose error is not NONE) is not service.
     serving = F.col("type").isin(*SERVING_TYPES) & F.coalesce(F.col("_p.error") == "NONE", F.lit(True))
+    # The rows after each row, as a growing frame over the reversed order: Spark folds a frame that starts at the
+    # partition's first row incrementally, but recomputes one that ends at its last row for every row (quadratic in
+    # a replica's events, which are mostly fetches). The least struct is the earliest serving event: position first.
     after = (
         Window.partitionBy("service", "emitter_id", "incarnation", "topic", "partition")
-        .orderBy("position")
-        .rowsBetween(1, Window.unboundedFollowing)
+        .orderBy(F.col("position").desc())
+        .rowsBetween(Window.unboundedPreceding, -1)
     )
     served = F.struct(F.col("position").alias("position"), F.col("event_id").alias("id"), F.col("type").alias("type"))
-    looked = rows.withColumn("_served", F.first(F.when(serving, served), ignorenulls=True).over(after)).withColumn(
+    looked = rows.withColumn("_served", F.min(F.when(serving, served)).over(after)).withColumn(
         "_offline", F.min(F.when(F.col("type") == OFFLINE, F.col("position"))).over(after)
     )
     broken = looked.where(
