@@ -61,8 +61,9 @@ HISTORIES: dict[str, tuple[Callable[[], list[Envelope]], dict[str, int]]] = {
     # The HW passes a member whose expansion is pending; the simulator catches it as hw_within_isr.
     "over-committed-isr-seed-5": (lambda: _simulated(5, "high_watermark_over_committed_isr_only"), {GUARDED: 1}),
     # The leader shrinks its ISR by itself and advances past the member it dropped; the simulator's own checks
-    # first catch this mutant at seed 85 (as committed_prefixes_agree).
-    "shrinks-alone-seed-5": (lambda: _simulated(5, "leader_shrinks_isr_on_its_own"), {GUARDED: 1}),
+    # first catch this mutant at seed 72 (tests/simulation). Seed 4 is the first whose run shows it
+    # since the simulated producers keep five batches in flight (seed 5's no longer advances past the member).
+    "shrinks-alone-seed-4": (lambda: _simulated(4, "leader_shrinks_isr_on_its_own"), {GUARDED: 1}),
     "hand-written": (hw_histories.every_scenario, {WITHIN_LOG: 2, MONOTONIC: 2, GUARDED: 7}),
 }
 
