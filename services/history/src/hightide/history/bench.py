@@ -46,6 +46,12 @@ replica fold, about 7.5 s, are); snapshots 66 -> 66 stages run, executor CPU 24.
 loads; they no longer build the partition fold, which they never used). The rebuild is still about 10x off the
 goal in executor CPU alone (20 s per 1M events on 2 cores against 5 s), and the driver JVM spends as much again
 outside the tasks; 4M and 10M were not measured this pass (the machine at load 26-38 for the whole hour).
+Quiet machine, end of the fifth session (2026-11-24, load average under 2.5, nothing else running;
+`--sizes 1000000,4000000`), after the storage check's quadratic window was fixed (before it, the 1M audit had not
+finished after 10 minutes): 1M: rebuild 18.5-19.6 s (25.5-27.0k events/s per core), audit 71.3-71.9 s (7.0k),
+snapshots 23.6-24.1 s, `rebuild --at` from a snapshot 5.4-5.6 s; 4M: rebuild 33.4 s (59.8k per core, cost per event
+x0.43 of 1M's), audit 174.4 s (11.5k, x0.61), snapshots 91.4 s (x0.97), `rebuild --at` 5.8 s. Spark start-up
+5.9-7.0 s apart. The cost grows no faster than the history; the rebuild is 3-8x off the goal and the audit 17-29x.
 """
 
 from __future__ import annotations
