@@ -28,25 +28,26 @@ _PAYLOAD: Final = T.StructType(
     ]
 )
 REFUSED, OFFLINE = events.StorageRefused.TYPE, events.ReplicaOffline.TYPE
+_REPLICA: Final = ("service", "emitter_id", "incarnation", "topic", "partition")  # one incarnation's replica
 
 
 def storage_refusal_takes_replica_offline(lake_events: DataFrame) -> DataFrame:
     """After a broker incarnation's StorageRefused for a replica, its ReplicaOffline comes before the next event of
     that incarnation that shows the replica in service (see the specification)."""
     names = [REFUSED, OFFLINE, *SERVING_TYPES]
-    rows = lake_events.where(
-        F.col("type").isin(*names) & F.col("topic").isNotNull() & F.col("partition").isNotNull()
-    ).withColumn("_p", F.from_json("payload", _PAYLOAD))
+    placed = lake_events.where(F.col("type").isin(*names) & F.col("topic").isNotNull() & F.col("partition").isNotNull())
+    # Only a replica of an incarnation whose storage refused something can break the rule: its rows alone are
+    # parsed and ordered, not the whole lake's fetches and produces (few keys, so the semi-join is broadcast).
+    refusing = placed.where(F.col("type") == REFUSED).select(*_REPLICA).distinct()
+    rows = placed.join(F.broadcast(refusing), list(_REPLICA), "left_semi").withColumn(
+        "_p", F.from_json("payload", _PAYLOAD)
+    )
     # A failed answer (a FetchServed or ProduceCompleted whose error is not NONE) is not service.
     serving = F.col("type").isin(*SERVING_TYPES) & F.coalesce(F.col("_p.error") == "NONE", F.lit(True))
     # The rows after each row, as a growing frame over the reversed order: Spark folds a frame that starts at the
     # partition's first row incrementally, but recomputes one that ends at its last row for every row (quadratic in
     # a replica's events, which are mostly fetches). The least struct is the earliest serving event: position first.
-    after = (
-        Window.partitionBy("service", "emitter_id", "incarnation", "topic", "partition")
-        .orderBy(F.col("position").desc())
-        .rowsBetween(Window.unboundedPreceding, -1)
-    )
+    after = Window.partitionBy(*_REPLICA).orderBy(F.col("position").desc()).rowsBetween(Window.unboundedPreceding, -1)
     served = F.struct(F.col("position").alias("position"), F.col("event_id").alias("id"), F.col("type").alias("type"))
     looked = rows.withColumn("_served", F.min(F.when(serving, served)).over(after)).withColumn(
         "_offline", F.min(F.when(F.col("type") == OFFLINE, F.col("position"))).over(after)
