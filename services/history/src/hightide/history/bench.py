@@ -139,7 +139,7 @@ def _release(spark: SparkSession) -> None:
 
     Each command of `hightide history` runs in a JVM of its own; the bench runs them in one. Frames a job
     checkpointed and still holds (the jobs memoise a few per input frame, weakly) are otherwise released only when
-    the JVM's cleaner notices, and the 10M audit ran out of heap behind the rebuild's blocks."""
+    the JVM's cleaner notices: the 10M audit ran out of a 4 GiB heap after the rebuild, and not alone."""
     spark.catalog.clearCache()
     for rdd in list(spark.sparkContext._jsc.getPersistentRDDs().values()):  # py4j: no public listing
         rdd.unpersist(True)
