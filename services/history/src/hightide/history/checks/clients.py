@@ -8,6 +8,7 @@ by wall_ms (an event at the same wall_ms as a deletion belongs to the life befor
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from typing import Final
@@ -42,8 +43,29 @@ _LIVED: weakref.WeakKeyDictionary[DataFrame, DataFrame] = weakref.WeakKeyDiction
 
 
 def forget(events_frame: DataFrame) -> None:
-    """Drop the lives computed for `events_frame` (see `commits.forget`)."""
-    _LIVED.pop(events_frame, None)
+    """Drop the lives computed for `events_frame`, and what was kept of them (see `commits.forget`)."""
+    lived = _LIVED.pop(events_frame, None)
+    if lived is not None:
+        _KEPT.pop(lived, None)
+
+
+_KEPT: weakref.WeakKeyDictionary[DataFrame, dict[str, DataFrame]] = weakref.WeakKeyDictionary()
+
+
+def _kept(build: Callable[[DataFrame], DataFrame]) -> Callable[[DataFrame], DataFrame]:
+    """`build(lived)` computed once per lived frame and checkpointed: for the small frames that more than one check
+    reads (`observations`, `shared_values`, `lossy_elections`), whose scans, joins and aggregates would otherwise
+    run again for every check that reads them (a few Spark stages each, whose cost on a small history is all
+    overhead)."""
+
+    @functools.wraps(build)
+    def once(lived: DataFrame) -> DataFrame:
+        held = _KEPT.setdefault(lived, {})
+        if build.__name__ not in held:
+            held[build.__name__] = build(lived).localCheckpoint()
+        return held[build.__name__]
+
+    return once
 
 
 def _with_lives(events_frame: DataFrame) -> DataFrame:
@@ -80,6 +102,7 @@ def sent_ok(lived: DataFrame) -> DataFrame:
     return typed(lived, events.SendCompleted).where(F.col("outcome") == "ok")
 
 
+@_kept
 def observations(lived: DataFrame) -> DataFrame:
     """(topic, partition, life, offset, value, event_id, acknowledged) of every ok acknowledgement and consumed
     record."""
@@ -89,6 +112,7 @@ def observations(lived: DataFrame) -> DataFrame:
     return acknowledged.unionByName(read)
 
 
+@_kept
 def shared_values(lived: DataFrame) -> DataFrame:
     """(topic, partition, life, value) sent by more than one producer incarnation: see
     `hightide.audit.checks.clients.shared_values`."""
@@ -98,6 +122,7 @@ def shared_values(lived: DataFrame) -> DataFrame:
     return counted.where(F.col("senders") > 1).select(*LIFE, "value")
 
 
+@_kept
 def lossy_elections(lived: DataFrame) -> DataFrame:
     """(topic, partition, life, unclean_at, last_known_leader_at): when each partition life first had such an
     election: see `hightide.audit.checks.clients.LossyElections`."""
