@@ -71,7 +71,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from hightide.history.audit import run_audit
 from hightide.history.generate import generate_lake
-from hightide.history.rebuild import ordered, timelines
+from hightide.history.rebuild import fold_events, timelines
 from hightide.history.rebuild_cli import spark_session, state_at
 from hightide.history.snapshot import lake_files, read_rows, write_snapshots
 from hightide.lake.layout import scan_lake
@@ -107,7 +107,7 @@ def bench_size(spark: SparkSession, lake: Path, events: int) -> dict[str, Any]:
     def rebuild() -> None:
         # As `rebuild --out` reads the lake (`rebuild_cli.write_timelines`): the rebuild's own ordering (the audit's
         # `read_lake` also finds clashing copies, which the rebuild does not need), read and ordered once.
-        events = ordered(read_rows(spark, lake, scan_lake(lake).files)).persist(StorageLevel.MEMORY_AND_DISK)
+        events = fold_events(read_rows(spark, lake, scan_lake(lake).files)).persist(StorageLevel.MEMORY_AND_DISK)
         replicas, partitions = timelines(events)
         _compute(replicas)
         _compute(partitions)
