@@ -262,6 +262,7 @@ def replica_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame, D
         "*",
         fresh.alias("fresh"),
         F.row_number().over(by_replica).cast("long").alias("_i"),
+        F.lead(F.lit(True)).over(by_replica).isNull().alias("_last"),  # the replica's last row: its final state
         (F.sum(F.col("_ls_sets").cast("int")).over(running) + gone_before).alias("ls_group"),
         (F.sum(F.col("_ep_resets").cast("int")).over(running) + gone_before).alias("ep_group"),
     )
@@ -584,8 +585,8 @@ def final_states(rebuilt: Rebuilt, scope: Scope = ()) -> tuple[DataFrame, DataFr
 def final_replicas(replicas: DataFrame, epochs: DataFrame, scope: Scope = ()) -> DataFrame:
     """Each live replica's state after all the events, from `replica_timeline`'s frames alone (a snapshot needs no
     partition fold: building one would order the controller side for nothing)."""
-    last_replica = Window.partitionBy(*scope, *REPLICA_KEY).orderBy(*[F.col(c).desc() for c in REPLICA_ORDER])
-    last_rows = replicas.withColumn("_n", F.row_number().over(last_replica)).where((F.col("_n") == 1) & F.col("online"))
+    # `_last` marks each replica's last row in the fold's own window: no second sort of every row to find them.
+    last_rows = replicas.where(F.col("_last") & F.col("online"))
     return epoch_entries_at(last_rows, epochs, scope).select(
         *scope,
         *REPLICA_KEY,
