@@ -52,6 +52,25 @@ finished after 10 minutes): 1M: rebuild 18.5-19.6 s (25.5-27.0k events/s per cor
 snapshots 23.6-24.1 s, `rebuild --at` from a snapshot 5.4-5.6 s; 4M: rebuild 33.4 s (59.8k per core, cost per event
 x0.43 of 1M's), audit 174.4 s (11.5k, x0.61), snapshots 91.4 s (x0.97), `rebuild --at` 5.8 s. Spark start-up
 5.9-7.0 s apart. The cost grows no faster than the history; the rebuild is 3-8x off the goal and the audit 17-29x.
+Rebuild speed, third pass (2026-11-24, helper rebuildspeed3), the 1M lake at local[2], base and new code back to
+back in one script each (executor CPU from Spark's status store, JVM CPU the driver JVM's whole /proc CPU) under load
+average 16-26 from other helpers' test runs (wall seconds 3-5x too high, so not quoted). Rebuild (`fold_events` +
+`timelines`, as below): executor CPU 13.8 -> 9.2 s, JVM CPU 24.8 -> 18.9 s, 16 stages run either way, 41 tasks.
+What paid: (1) `rebuild.fold_events` shuffles and sorts every event with only the folds' columns and the payloads of
+the folds' types, and keeps and caches only those types (54% of the events): ordering plus caching 8.8 -> 4.8 s
+executor CPU (caching the whole ordered lake cost ~5 s CPU, more than the ordering itself); (2) the replica fold
+parses each payload once into the values it reads before its shuffle and all its windows share one order (one sort
+of narrow rows instead of two of rows carrying the parsed struct). Measured and dropped: a numeric sort key (a dense
+rank per (emitter, incarnation) from the small aggregate, broadcast: 8.8 -> 8.1 s executor CPU for the ordering,
+within the noise at that load, and one more stage); narrower JSON (from_json of the full replica schema against two
+fields, get_json_object, json_tuple over the 545k replica rows: 0.6-1.0 s CPU in all, differences under 0.5 s, so
+from_json stays). Snapshots (24.4 -> 24.4 s executor CPU, JVM 71.5 -> 72.3 s, 66 stages) and `rebuild --at` (3.2 ->
+3.1 s executor, 18.3 -> 18.1 s JVM, 55 stages) did not move: their cost is the driver's planning of many small jobs
+(JVM CPU 3x the tasks'), which this pass did not reach. The 10M lake's rebuild with these changes (one run, load
+21-23, 501 s wall): 17 stages, 84 tasks, executor CPU 80.7 s, JVM CPU 119.4 s, against 9.2 and 18.9 s at 1M: cost per
+event x0.88 (executor) and x0.63 (JVM) of 1M's, so linear; 10M events per 119 JVM-CPU seconds is ~84k events per
+CPU second, which a quiet 2-core machine would turn into roughly 84k events/s per core (an estimate from CPU, not a
+wall measurement; last session's quiet 10M figure was 57k): still about 2.4x off the goal. 4M was not measured.
 """
 
 from __future__ import annotations
