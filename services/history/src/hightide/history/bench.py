@@ -68,6 +68,25 @@ history: 285 -> 213 stages, 1,152 -> 289 tasks, driver JVM CPU 84-92 -> 74 s col
 601.7 and 602.5 s wall: the load, not the audit). Still about 20x off the goal at 1M; the driver's share (JVM CPU
 minus executor CPU, about 110 s at 1M and 40 s on a small history) is planning, adaptive re-planning after each
 stage and code generation, so fewer stages remain the lever (the commits fold's `runs_of` is the largest).
+Rebuild speed, third pass (2026-11-24, helper rebuildspeed3), the 1M lake at local[2], base and new code back to
+back in one script each (executor CPU from Spark's status store, JVM CPU the driver JVM's whole /proc CPU) under load
+average 16-26 from other helpers' test runs (wall seconds 3-5x too high, so not quoted). Rebuild (`fold_events` +
+`timelines`, as below): executor CPU 13.8 -> 9.2 s, JVM CPU 24.8 -> 18.9 s, 16 stages run either way, 41 tasks.
+What paid: (1) `rebuild.fold_events` shuffles and sorts every event with only the folds' columns and the payloads of
+the folds' types, and keeps and caches only those types (54% of the events): ordering plus caching 8.8 -> 4.8 s
+executor CPU (caching the whole ordered lake cost ~5 s CPU, more than the ordering itself); (2) the replica fold
+parses each payload once into the values it reads before its shuffle and all its windows share one order (one sort
+of narrow rows instead of two of rows carrying the parsed struct). Measured and dropped: a numeric sort key (a dense
+rank per (emitter, incarnation) from the small aggregate, broadcast: 8.8 -> 8.1 s executor CPU for the ordering,
+within the noise at that load, and one more stage); narrower JSON (from_json of the full replica schema against two
+fields, get_json_object, json_tuple over the 545k replica rows: 0.6-1.0 s CPU in all, differences under 0.5 s, so
+from_json stays). Snapshots (24.4 -> 24.4 s executor CPU, JVM 71.5 -> 72.3 s, 66 stages) and `rebuild --at` (3.2 ->
+3.1 s executor, 18.3 -> 18.1 s JVM, 55 stages) did not move: their cost is the driver's planning of many small jobs
+(JVM CPU 3x the tasks'), which this pass did not reach. The 10M lake's rebuild with these changes (one run, load
+21-23, 501 s wall): 17 stages, 84 tasks, executor CPU 80.7 s, JVM CPU 119.4 s, against 9.2 and 18.9 s at 1M: cost per
+event x0.88 (executor) and x0.63 (JVM) of 1M's, so linear; 10M events per 119 JVM-CPU seconds is ~84k events per
+CPU second, which a quiet 2-core machine would turn into roughly 84k events/s per core (an estimate from CPU, not a
+wall measurement; last session's quiet 10M figure was 57k): still about 2.4x off the goal. 4M was not measured.
 """
 
 from __future__ import annotations
@@ -87,7 +106,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from hightide.history.audit import run_audit
 from hightide.history.generate import generate_lake
-from hightide.history.rebuild import ordered, timelines
+from hightide.history.rebuild import fold_events, timelines
 from hightide.history.rebuild_cli import spark_session, state_at
 from hightide.history.snapshot import lake_files, read_rows, write_snapshots
 from hightide.lake.layout import scan_lake
@@ -123,7 +142,7 @@ def bench_size(spark: SparkSession, lake: Path, events: int) -> dict[str, Any]:
     def rebuild() -> None:
         # As `rebuild --out` reads the lake (`rebuild_cli.write_timelines`): the rebuild's own ordering (the audit's
         # `read_lake` also finds clashing copies, which the rebuild does not need), read and ordered once.
-        events = ordered(read_rows(spark, lake, scan_lake(lake).files)).persist(StorageLevel.MEMORY_AND_DISK)
+        events = fold_events(read_rows(spark, lake, scan_lake(lake).files)).persist(StorageLevel.MEMORY_AND_DISK)
         replicas, partitions = timelines(events)
         _compute(replicas)
         _compute(partitions)

@@ -57,7 +57,7 @@ from hightide.history.rebuild import (
     Rebuilt,
     final_replicas,
     final_states,
-    ordered,
+    fold_events,
     rebuild_frames,
     replica_timeline,
 )
@@ -215,8 +215,9 @@ def _continued_events(rows: DataFrame, held: Snapshotted | None, boundary_ms: in
 
 
 def ordered_with_starts(rows: DataFrame, incarnations: DataFrame | None) -> DataFrame:
-    """`hightide.history.events.with_order`, where an incarnation a snapshot saw starts when the snapshot says."""
-    return ordered(rows, (), incarnations)
+    """`hightide.history.rebuild.fold_events` (the events the folds read, in order), where an incarnation a snapshot
+    saw starts when the snapshot says."""
+    return fold_events(rows, (), incarnations)
 
 
 def _opened_rows(replicas: DataFrame, like: DataFrame, boundary_ms: int) -> DataFrame:
