@@ -230,6 +230,10 @@ def test_session_errors() -> None:
         ErrorCode.INVALID_FETCH_SESSION_EPOCH
     )
     assert cache.context(fetch(2, session_id=session_id, epoch=1), MonoMs(1)).error is ErrorCode.NONE
+    copy = cache.context(fetch(2, session_id=session_id, epoch=1), MonoMs(1))  # the network delivered it twice
+    assert copy.error is ErrorCode.NONE and copy.duplicate
+    assert cache.respond(copy, [answer(0), answer(1)], MonoMs(1)) == (session_id, [True, True]), "answered in full"
+    assert cache.sessions[session_id].epoch == 2, "the copy does not move the session"
     consumer = cache.context(fetch(-1, 0, epoch=0), MonoMs(1))
     assert cache.respond(consumer, [answer(0)], MonoMs(1))[0] == 0, "a consumer is answered without a session"
 

@@ -8,14 +8,24 @@ fetches from. It owns the rules of a session, as Kafka's:
   that closes the session it names, if any, and asks for a new one; a session id with epoch > 0 is an incremental
   fetch, which must carry the epoch the session expects (else INVALID_FETCH_SESSION_EPOCH) of a session the leader
   holds for that very follower (else FETCH_SESSION_ID_NOT_FOUND), and names only the partitions whose fetch state
-  changed since the last request (added or altered) and the ones it no longer fetches (`forgotten`);
+  changed since the last request (added or altered) and the ones it no longer fetches (`forgotten`). One exception
+  to Kafka's rule: a copy of the fetch the session has just served (its epoch again) is read again and answered in
+  full, the session unchanged, as a copy of a sessionless fetch was; Kafka answers it INVALID_FETCH_SESSION_EPOCH,
+  over TCP, where it cannot arrive. A network that duplicates (the simulator's) would otherwise turn every copy into
+  an error answer that, arriving first, sends the follower back to a full fetch;
 - the leader reads every partition of the session on each fetch, with the fetch state it cached for the ones not
   named (Kafka's IncrementalFetchContext iterates the cached partitions: the follower's position and its caught-up
-  time are updated on every fetch, which the ISR depends on), and answers only the partitions that have something
-  to say: records, a high watermark or log start offset that moved since the last answer, an error (after which the
-  cached HW is -1, so the partition is answered again once the error is gone) or a diverging epoch
-  (`CachedPartition.must_respond`). A partition that returned records moves to the end of the session's order, as
-  Kafka's does, so a response's byte budget goes round the partitions;
+  time are updated on every fetch, and a HW that moved is answered whether the fetch named the partition or not),
+  and answers only the partitions that have something to say: records, a high watermark or log start offset that
+  moved since the last answer, an error (after which the cached HW is -1, so the partition is answered again once
+  the error is gone) or a diverging epoch (`CachedPartition.must_respond`); and, beyond Kafka's rule, every
+  partition the fetch names. A follower names a partition when its own state moved (an append, a truncation, a new
+  log start or epoch), and after a truncation its HW is below the leader's although the leader's has not moved:
+  Kafka's follower learns it again only at the leader's next HW move, Hightide's in the answer (so the answers a
+  follower applies are the ones it applied without sessions, and the simulated histories are the same but for
+  FetchServed). The session keeps the order the follower first named its partitions in, as sessionless fetches
+  did (Kafka moves a partition that returned records to the end, so that a response's byte budget goes round the
+  partitions; left out, so that the answers a follower applies come in the same order as without sessions);
 - a session is created for a follower's full fetch when the cache has a free slot
   (`max.incremental.fetch.session.cache.slots`, Kafka's default 1000; 0 turns sessions off) or when its least
   recently used session has been idle for `min.incremental.fetch.session.eviction.ms` (Kafka's fixed 120 s), which
@@ -95,12 +105,15 @@ class FetchSession:
 class FetchContext:
     """How a fetch is read and answered (Kafka's FetchContext): `request` is what to read (an incremental fetch's
     partitions taken from the session); `session` the session it reads in (None: sessionless); `create` whether the
-    answer opens a session (a full fetch asking for one); `error` a session error, answered with no partition."""
+    answer opens a session (a full fetch asking for one); `error` a session error, answered with no partition;
+    `named` the partitions an incremental fetch named."""
 
     request: FetchRequest
     session: FetchSession | None = None
     create: bool = False
     error: ErrorCode = ErrorCode.NONE
+    named: frozenset[TopicPartition] = frozenset()  # an incremental fetch's own partitions: always answered
+    duplicate: bool = False  # a copy of the last incremental fetch: answered in full, the session unchanged
 
 
 class FetchSessionCache:
@@ -124,9 +137,14 @@ class FetchSessionCache:
         if session is None or session.replica_id != request.replica_id:
             return FetchContext(request, error=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
         if session.epoch != request.session_epoch:
+            if next_epoch(request.session_epoch) == session.epoch:  # a copy of the fetch the session just served
+                whole = request.model_copy(update={"partitions": tuple(c.request for c in session.partitions.values())})
+                return FetchContext(whole, session=session, duplicate=True)
             return FetchContext(request, error=ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+        named = []
         for fetch in request.partitions:
             tp = TopicPartition(fetch.topic, fetch.partition)
+            named.append(tp)
             cached = session.partitions.get(tp)
             if cached is None:
                 session.partitions[tp] = CachedPartition(fetch)
@@ -140,7 +158,7 @@ class FetchSessionCache:
         session.last_used_ms = now_ms
         session.epoch = next_epoch(session.epoch)
         whole = request.model_copy(update={"partitions": tuple(c.request for c in session.partitions.values())})
-        return FetchContext(whole, session=session)
+        return FetchContext(whole, session=session, named=frozenset(named))
 
     def respond(
         self, context: FetchContext, answers: Sequence[FetchPartitionResponse], now_ms: MonoMs
@@ -148,13 +166,14 @@ class FetchSessionCache:
         """Kafka's updateAndGenerateResponseData: the session id the answer carries, and for each answer whether it
         goes in the response (every one, but for an incremental fetch's)."""
         session = context.session
+        if session is not None and context.duplicate:
+            return session.session_id, [True] * len(answers)
         if session is not None:
-            included = [
-                session.partitions[_tp(a)].must_respond(a) if _tp(a) in session.partitions else True for a in answers
-            ]
-            for answer, keep in zip(answers, included, strict=True):
-                if keep and answer.records and _tp(answer) in session.partitions:
-                    session.partitions[_tp(answer)] = session.partitions.pop(_tp(answer))  # round robin
+            included = []
+            for answer in answers:
+                tp = TopicPartition(answer.topic, answer.partition)
+                cached = session.partitions.get(tp)
+                included.append(cached is None or cached.must_respond(answer) or tp in context.named)
             return session.session_id, included
         everything = [True] * len(answers)
         if not context.create or not self._make_room(now_ms):
@@ -165,7 +184,7 @@ class FetchSessionCache:
         created = FetchSession(self._last_id, context.request.replica_id, next_epoch(INITIAL_EPOCH), now_ms)
         by_tp = {TopicPartition(f.topic, f.partition): f for f in context.request.partitions}
         for answer in answers:
-            tp = _tp(answer)
+            tp = TopicPartition(answer.topic, answer.partition)
             cached = CachedPartition(by_tp[tp], answer.high_watermark, answer.log_start_offset)
             if answer.error != 0:
                 cached.high_watermark = -1
@@ -188,10 +207,6 @@ class FetchSessionCache:
         session = self.sessions.get(session_id)
         if session is not None and session.replica_id == replica_id:
             del self.sessions[session_id]
-
-
-def _tp(answer: FetchPartitionResponse) -> TopicPartition:
-    return TopicPartition(answer.topic, answer.partition)
 
 
 # -- the follower's side -------------------------------------------------------------------------------------------
