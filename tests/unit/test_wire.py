@@ -62,3 +62,16 @@ def test_every_api_has_its_request_and_response_body() -> None:
     apis = {str(api) for api in BrokerApi} | {str(api) for api in ControllerApi}
     assert set(wire.REQUEST_OF) == set(wire.RESPONSE_OF) == apis
     assert all(issubclass(kind, wire.Response) for kind in wire.RESPONSE_OF.values())
+
+
+# -- incremental fetch sessions (KIP-227, the follower fetch path) -------------------------------------------------
+
+
+def test_a_fetch_names_a_partition_unless_it_is_incremental() -> None:
+    """Only an incremental fetch (session epoch > 0) may name no partition: its session holds them."""
+    for epoch in (-1, 0):
+        with pytest.raises(wire.InvalidRequest) as caught:
+            wire.decode(wire.FetchRequest, msgpack.packb({"replica_id": 2, "partitions": [], "session_epoch": epoch}))
+        assert "names at least one partition" in str(caught.value)
+    incremental = {"replica_id": 2, "partitions": [], "session_id": 7, "session_epoch": 3}
+    assert wire.decode(wire.FetchRequest, msgpack.packb(incremental)).session_id == 7

@@ -514,7 +514,8 @@ class Partition:
     def _serve(
         self, replica_id: int, fetch: FetchPartitionRequest, error: ErrorCode, diverging: EpochEndOffset | None = None
     ) -> ServeFetch:
-        response = FetchPartitionResponse(
+        # Built for every partition of every fetch: the core's own values, not validated again.
+        response = FetchPartitionResponse.model_construct(
             topic=self.topic,
             partition=self.partition,
             error=int(error),
@@ -737,18 +738,26 @@ class Partition:
 
     def fetch_partition(self, max_bytes: int = 1024 * 1024) -> FetchPartitionRequest:
         """What this follower fetches next: from its LEO, with the latest epoch it has (KIP-320 / Fetch v12)."""
+        fetch_offset, current_leader_epoch, last_fetched_epoch, log_start_offset, _ = self.fetch_state(max_bytes)
+        # The core's own values, not validated again.
+        return FetchPartitionRequest.model_construct(
+            topic=self.topic,
+            partition=self.partition,
+            fetch_offset=fetch_offset,
+            current_leader_epoch=current_leader_epoch,
+            last_fetched_epoch=last_fetched_epoch,
+            log_start_offset=log_start_offset,
+            partition_max_bytes=max_bytes,
+        )
+
+    def fetch_state(self, max_bytes: int) -> tuple[int, int, int, int, int]:
+        """`fetch_partition`'s fields beyond the partition's name (fetch offset, current leader epoch, last fetched
+        epoch, log start offset, max bytes): what an incremental fetch session compares with what the leader holds."""
         latest = self.epoch_cache.latest_epoch
         legacy = self.config.legacy_truncate_to_high_watermark
         self.last_fetch_offset = self.log_end_offset
-        return FetchPartitionRequest(
-            topic=self.topic,
-            partition=self.partition,
-            fetch_offset=self.log_end_offset,
-            current_leader_epoch=self.leader_epoch,
-            last_fetched_epoch=NO_EPOCH if legacy or latest is None else latest,
-            log_start_offset=self.log_start_offset,
-            partition_max_bytes=max_bytes,
-        )
+        last_fetched = NO_EPOCH if legacy or latest is None else latest
+        return self.log_end_offset, self.leader_epoch, last_fetched, self.log_start_offset, max_bytes
 
     def on_fetch_response(
         self, leader: int, response: FetchPartitionResponse, headers: Sequence[BatchHeader], now_ms: MonoMs

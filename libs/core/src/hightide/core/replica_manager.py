@@ -13,7 +13,10 @@ clocks, carry out the effects on a disk (real or simulated) and a network, and f
   data, a HW change, or `max_wait_ms`; a read from the purgatory does not update follower state again;
 - list offsets, OffsetsForLeaderEpoch and metadata answers;
 - the follower fetch sessions (Kafka's ReplicaFetcherThread, one per leader): one fetch in flight per leader with
-  every partition followed from it, the next one sent when the answer is applied, or after the backoff;
+  every partition followed from it, the next one sent when the answer is applied, or after the backoff; each in an
+  incremental fetch session (KIP-227, `fetch_session`): after the first, a fetch names only the partitions whose
+  fetch state changed, and the leader (reading every partition of the session) answers only the partitions with
+  something to say, and announces FetchServed only for those;
 - retention and HW checkpoints on their intervals;
 - storage refusals: the replica goes offline on this broker (Kafka's log-directory failure), reported to the
   controller through `offline_replicas` and the ReplicaOffline event, and nothing carried out after the refusal
@@ -60,6 +63,7 @@ from hightide.core.effects import (
     WriteEpochCheckpoint,
 )
 from hightide.core.epoch_cache import EpochEntry, LeaderEpochCache
+from hightide.core.fetch_session import DEFAULT_CACHE_SLOTS, FetchContext, FetchSessionCache, FollowerSession
 from hightide.core.metadata_image import MetadataImage, PartitionRegistration, TopicImage, TopicPartition
 from hightide.core.partition import CONSUMER_REPLICA_ID, NEVER_MS, Partition, PartitionConfig
 from hightide.core.truncation import offsets_for_leader_epoch
@@ -197,9 +201,12 @@ class ReplicaManagerConfig:
     fetch_response_bytes_max: int = 64 * MIB
     log_retention_check_interval_ms: int = 300_000
     replica_high_watermark_checkpoint_interval_ms: int = 5_000
+    # Incremental fetch sessions (KIP-227) this broker keeps as a leader for its followers (0: none).
+    max_incremental_fetch_session_cache_slots: int = DEFAULT_CACHE_SLOTS
 
     def __post_init__(self) -> None:
         assert self.broker_id >= 0
+        assert self.max_incremental_fetch_session_cache_slots >= 0
         assert self.replica_fetch_timeout_ms > self.replica_fetch_wait_max_ms >= 0
         assert self.fetch_response_bytes_max > 0
 
@@ -219,7 +226,7 @@ class _ParkedFetch:
     """A fetch waiting for data (Kafka's DelayedFetch)."""
 
     request_id: int
-    request: wire.FetchRequest
+    context: FetchContext  # its request (an incremental fetch's: every partition of its session) and session
     deadline_ms: MonoMs
     partitions: frozenset[TopicPartition]
     woken: bool = False  # a partition of it appended or moved its HW since it was last read
@@ -227,12 +234,13 @@ class _ParkedFetch:
 
 @dataclass(slots=True)
 class _FetchSession:
-    """This broker's fetching from one leader: at most one fetch in flight."""
+    """This broker's fetching from one leader: at most one fetch in flight, in an incremental fetch session."""
 
     fetch_id: int = 0
     in_flight: bool = False
     sent_ms: MonoMs = NEVER_MS
     next_ms: MonoMs = NEVER_MS
+    session: FollowerSession = field(default_factory=FollowerSession)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,11 +251,12 @@ class _OfflineReplica:
 
 @dataclass(slots=True)
 class _Read:
-    """One read of a fetch request: the answer, its events, and whether it should go now."""
+    """One read of a fetch request: the answer, its events (one per answer, None for none), and whether it should
+    go now."""
 
     effects: list[Effect] = field(default_factory=list)
     answers: list[wire.FetchPartitionResponse] = field(default_factory=list)
-    served: list[events.FetchServed] = field(default_factory=list)
+    served: list[events.FetchServed | None] = field(default_factory=list)
     ready: bool = False
 
 
@@ -271,6 +280,7 @@ class ReplicaManager:
         self._parked: dict[int, _ParkedFetch] = {}
         self._hw_told: dict[tuple[int, TopicPartition], int] = {}
         self._sessions: dict[int, _FetchSession] = {}
+        self._fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self._fetch_ids = 0
         self._next_retention_ms = NEVER_MS
         self._next_checkpoint_ms = NEVER_MS
@@ -415,16 +425,21 @@ class ReplicaManager:
     # -- fetch ---------------------------------------------------------------------------------------------------
 
     def on_fetch(self, request_id: int, request: wire.FetchRequest, now: Now) -> list[Effect]:
-        """Kafka's fetchMessages: read every partition now; answer at once if there is something to say (data
-        enough for min_bytes, an error, a divergence, a follower's HW moved) or max_wait_ms is 0; otherwise
-        park the fetch until one of its partitions changes or its wait is over (`poll` answers it then)."""
+        """Kafka's fetchMessages: read every partition now (an incremental fetch: every partition of its session,
+        `fetch_session`); answer at once if there is something to say (data enough for min_bytes, an error, a
+        divergence, a follower's HW moved) or max_wait_ms is 0; otherwise park the fetch until one of its
+        partitions changes or its wait is over (`poll` answers it then). A session error is answered at once."""
         assert request_id not in self._parked, request_id
+        context = self._fetch_sessions.context(request, now.mono_ms)
+        if context.error is not ErrorCode.NONE:
+            return [AnswerFetch(request_id, wire.FetchResponse(error=int(context.error)))]
+        request = context.request
         read = self._read_fetch(request, now, first=True)
         if read.ready or request.max_wait_ms == 0:
-            return read.effects + self._answer_fetch(request_id, read)
+            return read.effects + self._answer_fetch(request_id, read, context, now)
         partitions = frozenset(TopicPartition(p.topic, p.partition) for p in request.partitions)
         deadline = MonoMs(now.mono_ms + request.max_wait_ms)
-        self._parked[request_id] = _ParkedFetch(request_id, request, deadline, partitions)
+        self._parked[request_id] = _ParkedFetch(request_id, context, deadline, partitions)
         return read.effects
 
     def _read_fetch(self, request: wire.FetchRequest, now: Now, *, first: bool) -> _Read:
@@ -436,8 +451,7 @@ class ReplicaManager:
             answer, served = self._read_partition(request, fetch, tp, budget - size, size == 0, now, first, read)
             size += len(answer.records)
             read.answers.append(answer)
-            if served is not None:
-                read.served.append(served)
+            read.served.append(served)
             read.ready = read.ready or answer.error != 0 or answer.diverging_epoch >= 0
             if request.replica_id >= 0 and answer.error == 0:
                 told = self._hw_told.get((request.replica_id, tp))
@@ -483,9 +497,21 @@ class ReplicaManager:
             response = response.model_copy(update={"records": records})
         return response, serve.event
 
-    def _answer_fetch(self, request_id: int, read: _Read) -> list[Effect]:
-        announced: list[Effect] = [Emit(event) for event in read.served]
-        return [*announced, AnswerFetch(request_id, wire.FetchResponse(partitions=tuple(read.answers)))]
+    def _answer_fetch(self, request_id: int, read: _Read, context: FetchContext, now: Now) -> list[Effect]:
+        """The answer of a read, and a FetchServed for each partition it answers: in an incremental fetch session
+        only the partitions with something to say (`FetchSessionCache.respond`)."""
+        session_id, included = self._fetch_sessions.respond(context, read.answers, now.mono_ms)
+        answers: list[wire.FetchPartitionResponse] = []
+        announced: list[Effect] = []
+        for answer, served, keep in zip(read.answers, read.served, included, strict=True):
+            if keep:
+                answers.append(answer)
+                if served is not None:
+                    announced.append(Emit(served))
+        return [
+            *announced,
+            AnswerFetch(request_id, wire.FetchResponse(partitions=tuple(answers), session_id=session_id)),
+        ]
 
     def _wake(self, tp: TopicPartition) -> None:
         for parked in self._parked.values():
@@ -499,11 +525,11 @@ class ReplicaManager:
         out: list[Effect] = []
         for parked in [p for p in self._parked.values() if p.woken or p.deadline_ms <= now.mono_ms]:
             parked.woken = False
-            read = self._read_fetch(parked.request, now, first=False)
+            read = self._read_fetch(parked.context.request, now, first=False)
             out += read.effects
             if read.ready or parked.deadline_ms <= now.mono_ms:
                 del self._parked[parked.request_id]
-                out += self._answer_fetch(parked.request_id, read)
+                out += self._answer_fetch(parked.request_id, read, parked.context, now)
         return out
 
     def _answer_fetches_of(self, replicas: Iterable[int], now: Now) -> None:
@@ -511,7 +537,7 @@ class ReplicaManager:
         next fetch does (else its first records wait a whole replica.fetch.wait.max.ms for the followers)."""
         followers = set(replicas) - {self.id}
         for parked in self._parked.values():
-            if parked.request.replica_id in followers:
+            if parked.context.request.replica_id in followers:
                 parked.deadline_ms = now.mono_ms
 
     # -- offsets and metadata ------------------------------------------------------------------------------------
@@ -597,6 +623,9 @@ class ReplicaManager:
         if session is None or not session.in_flight or session.fetch_id != fetch_id:
             return []
         session.in_flight = False
+        if not session.session.on_response(wire.error_code_of(response.error), response.session_id):
+            session.next_ms = now.mono_ms  # a session error: the next fetch, a full one, goes at once
+            return []
         errors = {ErrorCode.UNKNOWN_SERVER_ERROR} if response.error != 0 else set()
         out: list[Effect] = []
         for answer in response.partitions:
@@ -628,6 +657,7 @@ class ReplicaManager:
         session = self._sessions.get(leader)
         if session is not None and session.in_flight and session.fetch_id == fetch_id:
             session.in_flight = False
+            session.session.on_failure()
             session.next_ms = MonoMs(now.mono_ms + self.config.replica_fetch_backoff_ms)
         return []
 
@@ -652,21 +682,32 @@ class ReplicaManager:
         for gone in set(self._sessions) - set(followed):
             del self._sessions[gone]
         out: list[Effect] = []
+        max_bytes = self.config.replica_fetch_max_bytes
+
+        def fetch(tp: TopicPartition) -> wire.FetchPartitionRequest:
+            return self.replicas[tp].fetch_partition(max_bytes)
+
         for leader, cores in followed.items():
             session = self._sessions.setdefault(leader, _FetchSession())
             if session.in_flight and now.mono_ms - session.sent_ms >= self.config.replica_fetch_timeout_ms:
                 session.in_flight = False  # lost: its answer, if it ever comes, is stale
+                session.session.on_failure()
             if session.in_flight or now.mono_ms < session.next_ms:
                 continue
             self._fetch_ids += 1
             session.fetch_id, session.in_flight, session.sent_ms = self._fetch_ids, True, now.mono_ms
+            wanted = {TopicPartition(core.topic, core.partition): core.fetch_state(max_bytes) for core in cores}
+            partitions, forgotten, session_id, session_epoch = session.session.build(wanted, fetch)
             request = wire.FetchRequest(
                 replica_id=self.id,
                 broker_epoch=self.broker_epoch,
                 max_wait_ms=self.config.replica_fetch_wait_max_ms,
                 min_bytes=1,
                 max_bytes=self.config.replica_fetch_response_max_bytes,
-                partitions=tuple(core.fetch_partition(self.config.replica_fetch_max_bytes) for core in cores),
+                partitions=partitions,
+                session_id=session_id,
+                session_epoch=session_epoch,
+                forgotten=forgotten,
             )
             out.append(SendFetch(leader, session.fetch_id, request))
         return out
@@ -978,7 +1019,7 @@ def _without(effect: Effect, doomed: set[TopicPartition]) -> Effect | None:
             else p
             for p in effect.response.partitions
         )
-        return AnswerFetch(effect.request_id, wire.FetchResponse(partitions=fetched))
+        return AnswerFetch(effect.request_id, effect.response.model_copy(update={"partitions": fetched}))
     return effect
 
 

@@ -97,6 +97,9 @@ class ErrorCode(IntEnum):
     UNSUPPORTED_SASL_MECHANISM = 33
     ILLEGAL_SASL_STATE = 34
     SASL_AUTHENTICATION_FAILED = 58
+    # Incremental fetch sessions (KIP-227, the follower fetch path)
+    FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_FETCH_SESSION_EPOCH = 71
 
     @property
     def retriable(self) -> bool:

@@ -393,7 +393,10 @@ class BecameFollower(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchServed(Event):
     """A leader answered a fetch: `replica` is the follower's id (-1 for a consumer). `diverging_epoch` and
-    `diverging_end_offset` are -1 unless the follower's log diverged; `error` is a Kafka error name."""
+    `diverging_end_offset` are -1 unless the follower's log diverged; `error` is a Kafka error name. One per
+    partition the answer carries: in a follower's incremental fetch session (KIP-227) the leader reads every
+    partition of the session but answers only those with records, a moved high watermark or log start offset, an
+    error or a divergence, so a partition the follower has caught up on is announced once, not on every fetch."""
 
     topic: str
     partition: Int32

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgpack
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from hightide.protocol.errors import ErrorCode, HightideError
 from hightide.protocol.subjects import BrokerApi, ControllerApi
@@ -119,7 +119,18 @@ class FetchRequest(Wire):
     max_wait_ms: Annotated[int, Field(ge=0, le=60_000)] = 500
     min_bytes: NonNegInt32 = 1
     max_bytes: NonNegInt32 = 50 * 1024 * 1024
-    partitions: Annotated[tuple[FetchPartitionRequest, ...], Field(min_length=1, max_length=PARTITIONS_PER_REQUEST_MAX)]
+    partitions: Annotated[tuple[FetchPartitionRequest, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)]
+    # Incremental fetch sessions (KIP-227, follower fetches: `hightide.core.fetch_session`). Kafka's SessionId and
+    # SessionEpoch (0 and -1: no session, a full fetch) and ForgottenTopicsData.
+    session_id: Int32 = 0
+    session_epoch: Int32 = -1
+    forgotten: Annotated[tuple[TopicPartitionRef, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] = ()
+
+    @model_validator(mode="after")
+    def _names_a_partition(self) -> FetchRequest:
+        if not self.partitions and self.session_epoch <= 0:
+            raise ValueError("a fetch outside an incremental fetch session names at least one partition")
+        return self
 
 
 class FetchPartitionResponse(Wire):
@@ -136,6 +147,7 @@ class FetchPartitionResponse(Wire):
 
 class FetchResponse(Response):
     partitions: Annotated[tuple[FetchPartitionResponse, ...], Field(max_length=PARTITIONS_PER_REQUEST_MAX)] = ()
+    session_id: Int32 = 0  # KIP-227: the session the leader keeps for this follower (0: none)
 
 
 # -- list offsets and offsets for leader epoch -----------------------------------------------------------------

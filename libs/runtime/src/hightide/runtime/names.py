@@ -60,6 +60,8 @@ BROKER_CONFIG_NAMES: Final = frozenset(
         # log compaction (issue 13)
         "log.cleaner.enable",
         "log.cleaner.backoff.ms",
+        # incremental fetch sessions for follower fetches (KIP-227, issue 15's fetch path)
+        "max.incremental.fetch.session.cache.slots",
     }
 )
 

@@ -62,6 +62,9 @@ def settings_from(broker_id: int, cluster_id: str, data_dir: Path, props: dict[s
         groups=group_settings_from(props),
         group_coordinator=group_coordinator_config_from(props),
         kafka_listener=listener_config(props, get_int(props, "socket.request.max.bytes", 104_857_600, minimum=1)),
+        max_incremental_fetch_session_cache_slots=get_int(
+            props, "max.incremental.fetch.session.cache.slots", 1_000, minimum=0
+        ),
     )
 
 

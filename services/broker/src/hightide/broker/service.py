@@ -128,6 +128,8 @@ class BrokerSettings:
     group_coordinator: GroupCoordinatorConfig = field(default_factory=GroupCoordinatorConfig)
 
     kafka_listener: ListenerConfig | None = None  # issue 15: `listeners` / `advertised.listeners`
+    # Incremental fetch sessions (KIP-227) kept for followers as a leader; 0 turns them off.
+    max_incremental_fetch_session_cache_slots: int = 1_000
 
     def manager_config(self, fetch_response_bytes_max: int) -> ReplicaManagerConfig:
         return ReplicaManagerConfig(
@@ -142,6 +144,7 @@ class BrokerSettings:
             fetch_response_bytes_max=fetch_response_bytes_max,
             log_retention_check_interval_ms=self.log_retention_check_interval_ms,
             replica_high_watermark_checkpoint_interval_ms=self.replica_high_watermark_checkpoint_interval_ms,
+            max_incremental_fetch_session_cache_slots=self.max_incremental_fetch_session_cache_slots,
         )
 
 
