@@ -19,6 +19,9 @@ import asyncio
 import time
 
 import nats
+import nats.aio.client
+import nats.aio.msg
+import nats.errors
 import pytest
 
 from hightide.client.bench_nats import LocalNatsCluster
@@ -59,6 +62,22 @@ async def routed(urls: list[str]) -> None:
             await asyncio.sleep(0.1)  # polling the routes, bounded by the deadline
 
 
+async def interest_reached(nc: nats.aio.client.Client, subject: str) -> None:
+    """Until a request from the client's node to `subject` is answered, with a deadline.
+
+    A subscription reaches the other nodes over the routes some time after its own node has it; a request
+    published before then has no interest at the client's node and is dropped without a word. Both of the silent
+    broker's subscriptions travel the same route in order, so once the later one answers, the earlier is known.
+    """
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            await nc.request(subject, b"ping", timeout=0.5)
+            return
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            assert time.monotonic() < deadline, f"{subject}: the interest never reached the client's node"
+
+
 @pytest.mark.slow
 def test_a_request_whose_nats_node_dies_ends_as_network_exception_not_at_its_timeout() -> None:
     asyncio.run(scenario())
@@ -77,8 +96,13 @@ async def scenario() -> None:
         async def never_answer(_msg: object) -> None:
             taken.set()
 
+        async def pong(msg: nats.aio.msg.Msg) -> None:
+            await msg.respond(b"pong")
+
         await silent.subscribe(broker_api(CLUSTER, 1, BrokerApi.PRODUCE), cb=never_answer)
+        await silent.subscribe(f"{CLUSTER}.test.interest", cb=pong)
         await silent.flush()
+        await interest_reached(conn.nc, f"{CLUSTER}.test.interest")
         conn.update_metadata(metadata())
         data = wire.ProducePartitionData(topic=TOPIC, partition=0, records=b"batch")
         body = wire.ProduceRequest(acks=-1, timeout_ms=30_000, partitions=(data,))
