@@ -39,6 +39,20 @@ def test_bench_usage_errors_exit_2_without_a_traceback(tmp_path: Path) -> None:
         assert "Traceback" not in result.stderr
 
 
+def test_bench_refuses_a_config_and_says_it_ignores_the_cluster_address(tmp_path: Path) -> None:
+    """The benchmarks start their own clusters, so a setting meant for a cluster would change nothing: a `--config` is
+    refused before anything runs, and `--nats-url` / `--cluster-id` (which every subcommand accepts) are named as
+    ignored on stderr, rather than silently dropped."""
+    encode = ["bench", "--workload", "encode", "--duration", "0.05", "--data-dir", str(tmp_path)]
+    refused = _hightide(*encode, "--config", "nats.credentials.file=x")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "--config nats.credentials.file=x" in refused.stderr and refused.stdout == ""
+    ignored = _hightide(*encode, "--nats-url", "nats://127.0.0.1:1", "--cluster-id", "c")
+    assert ignored.returncode == 0, ignored.stderr
+    assert "--nats-url ignored" in ignored.stderr and "--cluster-id ignored" in ignored.stderr
+    assert "records/s" in ignored.stdout
+
+
 def test_the_produce_bench_runs_a_cluster_beside_the_nats_baselines_and_stops_everything(tmp_path: Path) -> None:
     """A tiny run (--duration scales the record counts and the latency run): every figure is there, with the
     goals of the cluster issue, and the cluster's processes and files are gone afterwards."""

@@ -262,6 +262,16 @@ def _refused_user(args: argparse.Namespace) -> str:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
+    """Every workload starts its own cluster (or none), so nothing a cluster setting says would reach a figure. A
+    `--config` is refused before anything runs; `--nats-url` and `--cluster-id`, which every subcommand accepts
+    (CONTRACT.md), are said to be ignored. Either way no one reads a figure believing it came from their settings."""
+    if args.config:
+        raise commands.UsageError(
+            f"--config {args.config[0]}: the benchmarks start clusters of their own and take no cluster settings"
+        )
+    for name, value in (("--nats-url", args.nats_url), ("--cluster-id", args.cluster_id)):
+        if value:
+            print(f"hightide bench: {name} ignored: the benchmarks start clusters of their own", file=sys.stderr)
     chosen = args.workload or ["all"]
     workloads = list(bench.WORKLOADS) if "all" in chosen else list(dict.fromkeys(chosen))
     figures = bench.run(workloads, args.data_dir, args.duration, args.size_mib, args.recovery_mib)
