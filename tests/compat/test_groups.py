@@ -73,7 +73,10 @@ def _scenario(make: Callable[[str], Member]) -> None:
     try:
         deadline = time.monotonic() + DEADLINE_S
         while not (first.assignment() and second.assignment()) or len(read) < RECORDS // 3:
-            assert time.monotonic() < deadline, f"two members sharing the partitions ({first.assignment()})"
+            assert time.monotonic() < deadline, (
+                f"two members sharing the partitions (m1 {first.assignment()}, m2 {second.assignment()}, "
+                f"{len(read)} values read)"
+            )
             read.update(first.poll() + second.poll())
         assert first.assignment() | second.assignment() == set(range(PARTITIONS))
         assert not first.assignment() & second.assignment()
