@@ -161,6 +161,13 @@ CPU per input, base and this build back to back, load 9.7-11.2 (the trace harnes
 | follower: the leader's answer applied, next fetch sent   | 253                 | 253  | 174-179        | 191-199 |
 | the three brokers' CPU over the run (user+sys), s        | 2.52                | 2.31 | 2.84           | 2.49    |
 
+One record at a time (300 records 20 ms apart to one partition, linger.ms 0, confluent-kafka on both ends), base
+and this build alternating, load 12-13: produce-to-consume min 5.1 and 5.1 ms against 3.8 and 4.0, p10 7.1 and 8.1
+against 5.5 and 5.9, p50 14.9 and 14.2 against 8.5 and 10.4 (p99 swings with the load: 122-150 against 86-185). When
+no hop waits for a core, a record now goes: parsed 0.2 ms, appended 0.45, both followers' fetches answered 0.75 (was
+1.5-2.5: the re-reads), appended by the followers 1.2-2.4, HW moved and the Produce and the consumer's Fetch
+answered 2.3-3.7, written 2.7-4.3.
+
 And the driving task now gives the loop a turn after an input that answered or sent something when more inputs
 wait (asyncio's queue does not give way while it holds items): from the leader's Produce answer to the listener's
 write, p90 1.1 and 1.6 ms without it, 0.6 and 0.6 ms with it (10,000/s, load 14, two runs each); p50 0.4-0.5 ms both.
