@@ -497,7 +497,7 @@ class ReplicaManager:
                 read.effects += self._absorb(tp, effects)
             else:
                 answer, served = self._read_partition(request, fetch, tp, budget - size, size == 0, now, first, read)
-            if cached is not None:
+            if cached is not None and fetch is cached.request:  # not an older copy of the session's request
                 cached.answer, cached.served, cached.version = answer, served, self._version(tp)
             size += len(answer.records)
             read.answers.append(answer)
