@@ -124,6 +124,35 @@ def test_a_high_watermark_that_moves_is_answered_to_a_fetch_that_does_not_name_t
     assert core.high_watermark == 1
 
 
+def test_a_follower_of_idle_partitions_stays_caught_up_though_the_leader_answers_them_from_its_session() -> None:
+    """Given followers in a session, fetching partitions that take nothing for longer than replica.lag.time.max.ms
+    (the leader answers those from what the session last read, without reading them again), when a partition
+    takes a record while the followers are cut off, then the leader still counts them caught up until the lag
+    time has passed since their last fetch, not since the last time it read the partition: every fetch moved
+    their fetch and caught-up times, as Kafka's updateFollowerFetchState does."""
+    lag_ms = 10_000
+    cluster = spread(Recorded(lag_ms=lag_ms))
+    leader = cluster.brokers[1].manager
+    assert leader is not None
+    served, fetched = len(served_to(cluster, 2)), len(cluster.carried)
+    for _ in range(2 * lag_ms // 500):  # each idle fetch waits its replica.fetch.wait.max.ms, then the next goes
+        cluster.advance(500)
+        cluster.route(rounds=2)
+    fetches = [m for s, d, m in cluster.carried[fetched:] if (s, d) == (2, 1) and isinstance(m, Request)]
+    assert len(fetches) >= lag_ms // 500 and all(m.body.partitions == () for m in fetches), "idle: nothing named"
+    assert len(served_to(cluster, 2)) == served, "nothing to say: no partition answered or announced"
+    produce(cluster, 0, b"x")
+    for _ in range(lag_ms // 1_000 - 1):  # the ISR check runs every lag/2; the followers fetch no more
+        cluster.advance(1_000)
+        cluster.route(cut=frozenset({2, 3}))
+    core = leader.replica(TopicPartition(TOPIC, 0))
+    assert core is not None and core.isr == frozenset({1, 2, 3})
+    assert not [e for _, e in cluster.brokers[1].events if isinstance(e, events.IsrChangeProposed)]
+    cluster.advance(2_000)  # now the lag time has passed since their last fetch: out of the ISR
+    cluster.route(cut=frozenset({2, 3}))
+    assert core.isr == frozenset({1})
+
+
 def test_a_leader_that_lost_its_sessions_is_fetched_from_in_full_at_once() -> None:
     """Given a follower in a session, when its incremental fetch reaches a new incarnation of its leader (whose
     sessions are gone), then it is answered FETCH_SESSION_ID_NOT_FOUND with no partition, and the follower sends a

@@ -15,7 +15,9 @@ fetches from. It owns the rules of a session, as Kafka's:
   an error answer that, arriving first, sends the follower back to a full fetch;
 - the leader reads every partition of the session on each fetch, with the fetch state it cached for the ones not
   named (Kafka's IncrementalFetchContext iterates the cached partitions: the follower's position and its caught-up
-  time are updated on every fetch, and a HW that moved is answered whether the fetch named the partition or not),
+  time are updated on every fetch, and a HW that moved is answered whether the fetch named the partition or not);
+  beyond Kafka's, a partition not named and unchanged since the session's last read of it at its LEO is answered
+  from that read (`CachedPartition.answer`, the replica manager's `_unchanged`), only the follower's state moving,
   and answers only the partitions that have something to say: records, a high watermark or log start offset that
   moved since the last answer, an error (after which the cached HW is -1, so the partition is answered again once
   the error is gone) or a diverging epoch (`CachedPartition.must_respond`); and, beyond Kafka's rule, every
@@ -72,11 +74,16 @@ def next_epoch(epoch: int) -> int:
 @dataclass(slots=True)
 class CachedPartition:
     """A partition of a session (Kafka's CachedPartition): the follower's last fetch state for it, and the HW and log
-    start offset the leader last answered with."""
+    start offset the leader last answered with. Beyond Kafka's: the leader's last read of it in this session (the
+    answer, its FetchServed, and the version of the partition it read, `ReplicaManager`'s), so that a fetch that
+    does not name it, of a partition that has not changed since, is not read again."""
 
     request: FetchPartitionRequest
     high_watermark: int = -1
     log_start_offset: int = -1
+    answer: FetchPartitionResponse | None = None
+    served: object = None  # the FetchServed event of `answer` (None: none)
+    version: tuple[int, int] = (-1, -1)
 
     def must_respond(self, answer: FetchPartitionResponse) -> bool:
         """Kafka's maybeUpdateResponseData: whether the answer goes in the response; the cache follows it."""

@@ -464,6 +464,15 @@ class Partition:
         moved), but the follower's state is not updated twice for one fetch, as in Kafka."""
         return self._read(replica_id, broker_epoch, fetch, now_ms, update_follower=False)
 
+    def on_unchanged_fetch(
+        self, replica_id: int, broker_epoch: int, fetch: FetchPartitionRequest, now_ms: MonoMs
+    ) -> list[Effect]:
+        """A follower's fetch, at the very position it fetched from last time, of a partition whose answer to it
+        has not changed since (nothing was appended, the HW, log start and leadership are where they were, and the
+        last answer was at the LEO): what `on_fetch` would do but for building that same answer again, the
+        follower's state moved (its fetch and caught-up times)."""
+        return self._update_follower(replica_id, broker_epoch, fetch, now_ms)
+
     def _read(
         self, replica_id: int, broker_epoch: int, fetch: FetchPartitionRequest, now_ms: MonoMs, *, update_follower: bool
     ) -> list[Effect]:

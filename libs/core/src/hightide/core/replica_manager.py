@@ -10,7 +10,10 @@ clocks, carry out the effects on a disk (real or simulated) and a network, and f
 - produce admission: leadership, the batches validated once (`validation`), the idempotent producer's check
   (inside the `Partition`), min ISR; and the produce purgatory: a request is answered when every partition is;
 - fetch serving and the fetch purgatory (Kafka's DelayedFetch): a fetch with nothing to return waits until new
-  data, a HW change, or `max_wait_ms`; a read from the purgatory does not update follower state again;
+  data, a HW change, or `max_wait_ms`; a read from the purgatory does not update follower state again; what is known
+  not to have changed is not read again (a parked fetch re-reads only the partitions touched since its last read; an
+  incremental session answers an unchanged partition it does not name from its last read), by each partition's
+  version (`_version`: moved whenever its core changes, for all partitions when the metadata moves);
 - list offsets, OffsetsForLeaderEpoch and metadata answers;
 - the follower fetch sessions (Kafka's ReplicaFetcherThread, one per leader): one fetch in flight per leader with
   every partition followed from it, the next one sent when the answer is applied, or after the backoff; each in an
@@ -63,7 +66,13 @@ from hightide.core.effects import (
     WriteEpochCheckpoint,
 )
 from hightide.core.epoch_cache import EpochEntry, LeaderEpochCache
-from hightide.core.fetch_session import DEFAULT_CACHE_SLOTS, FetchContext, FetchSessionCache, FollowerSession
+from hightide.core.fetch_session import (
+    DEFAULT_CACHE_SLOTS,
+    CachedPartition,
+    FetchContext,
+    FetchSessionCache,
+    FollowerSession,
+)
 from hightide.core.metadata_image import MetadataImage, PartitionRegistration, TopicImage, TopicPartition
 from hightide.core.partition import CONSUMER_REPLICA_ID, NEVER_MS, Partition, PartitionConfig
 from hightide.core.truncation import offsets_for_leader_epoch
@@ -223,13 +232,19 @@ class _PendingProduceRequest:
 
 @dataclass(slots=True)
 class _ParkedFetch:
-    """A fetch waiting for data (Kafka's DelayedFetch)."""
+    """A fetch waiting for data (Kafka's DelayedFetch), with its last read: a re-read reads again only the
+    partitions that changed since (`touched`), and takes the last read's answer for the others, which is what
+    reading them again would give (a parked fetch's last read returned no records, no error and no divergence, and
+    nothing about those partitions has changed). `whole`: read every partition again (the metadata moved on)."""
 
     request_id: int
     context: FetchContext  # its request (an incremental fetch's: every partition of its session) and session
     deadline_ms: MonoMs
     partitions: frozenset[TopicPartition]
+    read: _Read
     woken: bool = False  # a partition of it appended or moved its HW since it was last read
+    touched: set[TopicPartition] = field(default_factory=set)  # partitions whose core changed since the last read
+    whole: bool = False
 
 
 @dataclass(slots=True)
@@ -281,6 +296,11 @@ class ReplicaManager:
         self._hw_told: dict[tuple[int, TopicPartition], int] = {}
         self._sessions: dict[int, _FetchSession] = {}
         self._fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
+        # What fetch answers were read at (`_version`): bumped for a partition whenever its core changes, for all
+        # when the metadata does.
+        self._versions: dict[TopicPartition, int] = {}
+        self._metadata_version = 0
+        self._followed: dict[int, list[Partition]] | None = None  # the followed replicas by leader (`_send_fetches`)
         self._fetch_ids = 0
         self._next_retention_ms = NEVER_MS
         self._next_checkpoint_ms = NEVER_MS
@@ -318,6 +338,7 @@ class ReplicaManager:
         core.high_watermark, core.epoch_cache = high_watermark, cache
         core.producers_stale = True
         self.replicas[tp] = core
+        self._followed = None
         self._topic_ids[tp] = state.topic_id
         entries = tuple((e.epoch, e.start_offset) for e in cache.entries)
         effects: list[Effect] = [UpdateHighWatermark(tp.topic, tp.partition, high_watermark)]
@@ -333,12 +354,14 @@ class ReplicaManager:
         self.broker_epoch = broker_epoch
         for core in self.replicas.values():
             core.local_broker_epoch = broker_epoch  # the leader's AlterPartition carries it
+        self._read_parked_whole()
         return self._reconcile(now)
 
     def on_metadata(self, image: MetadataImage, now: Now) -> list[Effect]:
         """The metadata log moved on: lead, follow, create and delete replicas as the image now says."""
         assert image.next_offset >= self.image.next_offset, "the metadata log only grows"
         self.image = image
+        self._read_parked_whole()
         return self._reconcile(now)
 
     # -- produce -------------------------------------------------------------------------------------------------
@@ -434,21 +457,48 @@ class ReplicaManager:
         if context.error is not ErrorCode.NONE:
             return [AnswerFetch(request_id, wire.FetchResponse(error=int(context.error)))]
         request = context.request
-        read = self._read_fetch(request, now, first=True)
+        read = self._read_fetch(request, now, first=True, context=context)
         if read.ready or request.max_wait_ms == 0:
             return read.effects + self._answer_fetch(request_id, read, context, now)
         partitions = frozenset(TopicPartition(p.topic, p.partition) for p in request.partitions)
         deadline = MonoMs(now.mono_ms + request.max_wait_ms)
-        self._parked[request_id] = _ParkedFetch(request_id, context, deadline, partitions)
+        self._parked[request_id] = _ParkedFetch(request_id, context, deadline, partitions, read)
         return read.effects
 
-    def _read_fetch(self, request: wire.FetchRequest, now: Now, *, first: bool) -> _Read:
+    def _read_fetch(
+        self,
+        request: wire.FetchRequest,
+        now: Now,
+        *,
+        first: bool,
+        last: _ParkedFetch | None = None,
+        context: FetchContext | None = None,
+    ) -> _Read:
+        """Read every partition of `request`, but for what is known not to have changed: re-reading the parked
+        fetch `last`, the partitions not touched since its last read answer as they did then; in an incremental
+        session (`context`), a partition the fetch does not name, unchanged since the session last read it at
+        its LEO, answers as it did then, only the follower's state moving (`Partition.on_unchanged_fetch`).
+        Either way the answer is the one a read would build, and no log is read for it."""
         budget = min(request.max_bytes, self.config.fetch_response_bytes_max)
         read = _Read()
         size = 0
-        for fetch in request.partitions:
+        session = None if context is None else context.session
+        whole = last is None or last.whole or any(answer.records for answer in last.read.answers)
+        for index, fetch in enumerate(request.partitions):
             tp = TopicPartition(fetch.topic, fetch.partition)
-            answer, served = self._read_partition(request, fetch, tp, budget - size, size == 0, now, first, read)
+            cached = None if session is None else session.partitions.get(tp)
+            if not whole and last is not None and tp not in last.touched:
+                answer, served = last.read.answers[index], last.read.served[index]
+            elif first and cached is not None and self._unchanged(cached, tp, fetch, context):
+                assert cached.answer is not None
+                answer, served = cached.answer, cached.served  # type: ignore[assignment]
+                core = self.replicas[tp]
+                effects = core.on_unchanged_fetch(request.replica_id, request.broker_epoch, fetch, now.mono_ms)
+                read.effects += self._absorb(tp, effects)
+            else:
+                answer, served = self._read_partition(request, fetch, tp, budget - size, size == 0, now, first, read)
+            if cached is not None and fetch is cached.request:  # not an older copy of the session's request
+                cached.answer, cached.served, cached.version = answer, served, self._version(tp)
             size += len(answer.records)
             read.answers.append(answer)
             read.served.append(served)
@@ -483,8 +533,8 @@ class ReplicaManager:
         assert isinstance(serve, ServeFetch), serve
         read.effects += self._absorb(tp, effects)
         response = serve.response
-        if serve.max_offset < 0 or (budget <= 0 and not first_data):
-            return response, serve.event
+        if serve.max_offset < 0 or serve.fetch_offset >= serve.max_offset or (budget <= 0 and not first_data):
+            return response, serve.event  # nothing to read (the log would answer no bytes)
         max_bytes = max(min(serve.max_bytes, budget), 0)
         try:
             records = self.reader.read(tp, serve.fetch_offset, max_bytes, serve.max_offset, first_data)
@@ -514,18 +564,64 @@ class ReplicaManager:
         ]
 
     def _wake(self, tp: TopicPartition) -> None:
+        self._versions[tp] = self._versions.get(tp, 0) + 1
         for parked in self._parked.values():
             if tp in parked.partitions:
                 parked.woken = True  # read again at the end of this input, with everything it changed
+                parked.touched.add(tp)
+
+    def _read_parked_whole(self) -> None:
+        """What a fetch's answer depends on beyond its partitions' cores may have changed (leadership, the
+        brokers' epochs, readiness, topic configs): every fetch reads all its partitions again next time."""
+        self._metadata_version += 1
+        self._followed = None
+        for parked in self._parked.values():
+            parked.whole = True
+
+    def _touch(self, tp: TopicPartition) -> None:
+        """The core of `tp` changed (it returned effects): fetches read it again when they next read it."""
+        self._versions[tp] = self._versions.get(tp, 0) + 1
+        for parked in self._parked.values():
+            if tp in parked.partitions:
+                parked.touched.add(tp)
+
+    def _version(self, tp: TopicPartition) -> tuple[int, int]:
+        """What a fetch's answer for `tp` was read at: it is the same while this is."""
+        return self._metadata_version, self._versions.get(tp, 0)
+
+    def _unchanged(
+        self,
+        cached: CachedPartition,
+        tp: TopicPartition,
+        fetch: wire.FetchPartitionRequest,
+        context: FetchContext | None,
+    ) -> bool:
+        """Whether the session's last answer for `tp` is what reading it for this fetch would give: the fetch does
+        not name it (the follower is where it was), the partition has not changed since that read, and that read
+        was a plain answer at the LEO (no records, no error, no divergence: nothing more to read)."""
+        answer = cached.answer
+        return (
+            answer is not None
+            and context is not None
+            and tp not in context.named
+            and cached.version == self._version(tp)
+            and answer.error == 0
+            and answer.diverging_epoch < 0
+            and not answer.records
+            and answer.log_end_offset == fetch.fetch_offset
+            and tp in self.replicas
+        )
 
     def _answer_parked(self, now: Now) -> list[Effect]:
         """Answer the parked fetches that now have something (a consumer's only once the HW lets it read: an
         append alone does not answer it empty) or whose wait is over; the rest stay parked. A re-read never
-        updates follower state, so it cannot wake another parked fetch: one pass is enough."""
+        updates follower state, so it cannot wake another parked fetch: one pass is enough. A re-read reads only
+        the partitions that changed since the fetch was last read (`_ParkedFetch`)."""
         out: list[Effect] = []
         for parked in [p for p in self._parked.values() if p.woken or p.deadline_ms <= now.mono_ms]:
             parked.woken = False
-            read = self._read_fetch(parked.context.request, now, first=False)
+            read = self._read_fetch(parked.context.request, now, first=False, last=parked, context=parked.context)
+            parked.read, parked.touched, parked.whole = read, set(), False
             out += read.effects
             if read.ready or parked.deadline_ms <= now.mono_ms:
                 del self._parked[parked.request_id]
@@ -675,10 +771,13 @@ class ReplicaManager:
     def _send_fetches(self, now: Now) -> list[Effect]:
         """One fetch per leader, holding every partition followed from it, unless one is in flight or the
         backoff runs (Kafka's AbstractFetcherThread)."""
-        followed: dict[int, list[Partition]] = {}
-        for core in self.replicas.values():
-            if core.leader >= 0 and not core.is_leader:
-                followed.setdefault(core.leader, []).append(core)
+        followed = self._followed
+        if followed is None:  # leadership or the hosted replicas changed since the last poll
+            followed = {}
+            for core in self.replicas.values():
+                if core.leader >= 0 and not core.is_leader:
+                    followed.setdefault(core.leader, []).append(core)
+            self._followed = followed
         for gone in set(self._sessions) - set(followed):
             del self._sessions[gone]
         out: list[Effect] = []
@@ -815,6 +914,7 @@ class ReplicaManager:
         core = self.replicas.pop(tp, None)
         if core is None:
             return []
+        self._followed = None
         log_end_offset = core.log_end_offset if durable_end is None else durable_end
         self.offline[tp] = _OfflineReplica(self._topic_ids.get(tp), log_end_offset)
         self._views.pop(tp, None)
@@ -983,6 +1083,8 @@ class ReplicaManager:
             ):
                 self._wake(tp)
             out.append(effect)
+        if effects:
+            self._touch(tp)
         return out
 
 

@@ -225,6 +225,7 @@ class BrokerService:
         # request id -> (its NATS message, or the Kafka listener's future, and whether it is a consumer's fetch)
         self._requests: dict[int, tuple[Msg | asyncio.Future[Any], bool]] = {}
         self._outgoing: list[tuple[Msg | asyncio.Future[Any], wire.Wire]] = []  # sent once its events are stored
+        self._spawned = False  # a task was spawned (a follower fetch, an AlterPartition) during this input
         self.kafka = None if settings.kafka_listener is None else KafkaListener(settings.kafka_listener, self)
         self._request_ids = itertools.count(1)
         self._client_metadata: Subscription | None = None
@@ -443,8 +444,9 @@ class BrokerService:
             self._carry_out(effects, at)
             self._groups_after_input(at, tick=kind == "tick", leadership=kind in ("metadata", "registered"))
             self.events.flush()  # the events of what just happened are in the outbox before any answer leaves
-            await self._deliver()
+            answered = await self._deliver()
             await self._join_client_metadata()
+            await self._let_out(answered)
 
     def _serve(self, msg: Msg, at: Now) -> list[Effect]:
         started = time.perf_counter()
@@ -592,18 +594,33 @@ class BrokerService:
             case _:
                 raise AssertionError(f"an effect the broker does not know: {effect!r}")
 
-    async def _deliver(self) -> None:
-        """Send the answers of this input, after its events are in the outbox."""
+    async def _deliver(self) -> bool:
+        """Send the answers of this input, after its events are in the outbox; whether there were any."""
         outgoing, self._outgoing = self._outgoing, []
         for target, answer in outgoing:
             if isinstance(target, Msg):
                 await reply(self.nc, target, answer)
             elif not target.done():  # a Kafka listener's request (its connection may have gone)
                 target.set_result(answer)
+        return bool(outgoing)
+
+    async def _let_out(self, answered: bool) -> None:
+        """When more inputs wait, let this one's answers and requests leave before the next is taken: the NATS
+        client's writes, the Kafka listener's answers and the follower fetches just spawned are tasks of this loop,
+        and the inbox's `get` does not give way while it holds inputs (issue 15: an answer otherwise waited for
+        every input queued behind it). One turn of the loop runs the answers' writers; a fetch task publishes its
+        request in that turn and the NATS client writes it in the next."""
+        spawned, self._spawned = self._spawned, False
+        if not self.inbox.qsize() or not (answered or spawned):
+            return
+        await asyncio.sleep(0)
+        if spawned:
+            await asyncio.sleep(0)
 
     def _spawn(self, coroutine: Any) -> None:
         """A task of the service's group that shutdown cancels (fetches, AlterPartition calls)."""
         assert self._group is not None
+        self._spawned = True
         task = self._group.create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

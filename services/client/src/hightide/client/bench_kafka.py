@@ -29,25 +29,10 @@ and three brokers, RF=3, min ISR 2, acks=all, 100 B), printed as a reference and
 Goals (issue 15): the listener's acks=all throughput with confluent-kafka at least the own client's; p99
 produce-to-consume at most 10 ms at 10,000 records/s. Numbers are printed, never asserted.
 
-Figures (2 cores shared with eight other sessions; `hightide bench --workload kafka`, before = 3595998, after = the
-Kafka listener's receive buffers and pipeline fast path, run back to back as base, branch, base, branch at load
-average 31 (1-minute, 30.3-30.9 over 5 minutes)):
-
-| figure                           | before (two runs)      | after (two runs)       |
-| -------------------------------- | ---------------------- | ---------------------- |
-| own client 100 B, records/s      | 42,413 / 44,961        | 80,384 / 71,193        |
-| confluent-kafka 100 B, records/s | 52,138 / 57,622        | 86,360 / 69,993        |
-| own client 16 KiB, MB/s          | 25.2 / 35.8            | 45.5 / 36.4            |
-| confluent-kafka 16 KiB, MB/s     | 22.0 / 25.1            | 33.2 / 33.7            |
-| own client p99 at 10,000/s, ms   | 543 / 195              | 370 / 252              |
-| confluent-kafka p50; p99, ms     | 249, 220; 1,922, 1,371 | 206, 204; 1,903, 1,464 |
-
-The own client's figures, which nothing changed here touches, moved as much as confluent-kafka's: at this load a
-run-to-run swing of 1.5-2x is noise, and only the A/B below (one change, one workload) says more. At that load every
-hop (client, leader, nats-server, follower and back) waits for a core, so the latency goal cannot be judged here;
-with one record at a time at load 13, acks=all took 9.8 ms at p50 and produce-to-consume 13.7 ms, with a 500 ms
-fetch wait as with a 5 ms one. The kernel receive buffer alone, A/B on one cluster each at load 22: confluent-kafka
-16 KiB 30.7-35.3 MB/s without it, 38.3-45.5 MB/s with it; 100 B 87k and 141k records/s.
+First pass (the Kafka listener's receive buffers and pipeline fast path): at load 31 every figure of both clients
+swung 1.5-2x from run to run; only one-change A/B runs said more. The kernel receive buffer alone, A/B on one
+cluster each at load 22: confluent-kafka 16 KiB 30.7-35.3 MB/s without it, 38.3-45.5 MB/s with it; 100 B 87k and
+141k records/s.
 
 Where the time goes (second pass, traced at load 17-35: broker-side timestamps from Produce received to answered,
 each driver input timed, librdkafka's statistics (statistics.interval.ms) and delivery reports):
@@ -93,19 +78,18 @@ each driver input timed, librdkafka's statistics (statistics.interval.ms) and de
 
 (the own client's latency is now taken with the offsets topic in place; its runs swing most at this load.)
 
-What is left is the acks=all round trip itself: two NATS hops (leader to follower with the data, follower to
-leader with its new offset), three driver inputs across two brokers, and the answer to the follower that tells it
-the new HW; both clients pay it, and librdkafka pays it about 1.5 times per record. Shortening it (fetch sessions
-that leave idle partitions out of follower fetches and their events) is replica-manager work, not the listener's.
-One more candidate, tried and not kept: the leader answers a follower's fetch at once when only the HW moved
-(`ReplicaManager._read_fetch`'s "told" check; Kafka's DelayedFetch completes a follower's fetch on new data, not
-on a HW change). With librdkafka's lockstep (the next Produce of a partition arrives just after the HW moved) both
-followers are then on their way back with that empty answer when the new batch is appended. Switched off, back to
-back at load 32-34 (two runs each): confluent-kafka p50 59 and 62 ms against 90 and 80 ms, p99 not better (759
-and 355 ms against 400 and 319); 16 KiB 28.7 and 36.0 MB/s against 25.6 and 27.7 (load 29-30). librdkafka's
-socket.nagle.disable made no difference (16 KiB 25.4 and 28.0 MB/s with it, 29.9 and 26.5 without; 100 B latency
-alike). It changes every simulator seed's trajectory (the seeds' pinned round trips), so
-it is left for the replica manager's owner.
+What is left is the acks=all round trip itself: two NATS hops (leader to follower with the data, follower to leader
+with its new offset), three driver inputs across two brokers, and the answer to the follower that tells it the new
+HW; both clients pay it, and librdkafka pays it about 1.5 times per record (the third and fourth passes below
+shorten its inputs). One more candidate, tried and not kept: the leader answers a follower's fetch at once when only
+the HW moved (`ReplicaManager._read_fetch`'s "told" check; Kafka's DelayedFetch completes a follower's fetch on new
+data, not on a HW change). With librdkafka's lockstep (the next Produce of a partition arrives just after the HW
+moved) both followers are then on their way back with that empty answer when the new batch is appended. Switched
+off, back to back at load 32-34 (two runs each): confluent-kafka p50 59 and 62 ms against 90 and 80 ms, p99 not
+better (759 and 355 ms against 400 and 319); 16 KiB 28.7 and 36.0 MB/s against 25.6 and 27.7 (load 29-30).
+librdkafka's socket.nagle.disable made no difference (16 KiB 25.4 and 28.0 MB/s with it, 29.9 and 26.5 without; 100
+B latency alike). It changes every simulator seed's trajectory (the seeds' pinned round trips), so it is left out
+(the fourth pass kept to changes that leave the seeds where they are).
 
 Third pass: the follower fetch path (incremental fetch sessions, KIP-227: `hightide.core.fetch_session`). Where a
 follower fetch's time went, measured in process (the real ReplicaManager on memory disks, the real outbox event sink
@@ -128,10 +112,8 @@ answer every partition a fetch names, at load 22: sessions off 0.17 / 0.46 / 1.1
 0.04 / 0.06 / 1.10 / 0.19 / 0.09 = 1.49 ms, FetchServed 60 and 1.7 per fetch.) Every part that scaled with the
 partitions named went: the request names only what changed, the answer only what moved, and a partition the
 follower has caught up on is announced once, not 2 x 60 times per round trip to the outbox, the event relay and the
-events stream. What is left is the leader's read of every partition of the session on each fetch (about 14 us a
-partition, a third of it building the answer's model), which Kafka does too (IncrementalFetchContext iterates the
-cached partitions: the follower's state moves on every fetch, and a HW that moved on a partition the fetch did not
-name must be answered); skipping it would need a rule Kafka does not have. The per-partition request and answer
+events stream. What was left then, the leader's read of every partition of the session on each fetch (about 14
+us a partition), the fourth pass removes for the partitions that did not change. The per-partition request and answer
 models are built with `model_construct` (the core's own values): validating them was the largest single cost of a
 read before. A FetchServed that repeats the last one exactly is no longer elided separately: in a session a
 caught-up partition is not answered, so it is not announced; a consumer's repeated empty answers stay events.
@@ -151,6 +133,69 @@ improves in both pairs, the rest swings as much as it moves.
 | confluent-kafka p99 at 10,000/s, ms    | 218 / 225               | 184 / 116              |
 
 At this load neither goal can be judged (every hop waits for a core); the quiet-machine figures are the lead's.
+
+Fourth pass (issue 15's latency: the leader reads only what changed; `ReplicaManager._read_fetch`). Measured with
+each broker's driver inputs timed in CPU time (thread time from taking an input to asking for the next), hop
+timestamps on the monotonic clock shared with the client, and librdkafka's statistics, on the benchmark's cluster
+with the offsets topic in place (each leader is in a session with each follower of ~19 partitions: 2 of the
+measured topic, ~17 of `__consumer_offsets`). One record at a time (base f117689, load 7): the Produce is appended
+0.3 ms after it is parsed; both followers' parked fetches are answered 1.5-2.5 ms in, in the same input (each
+re-read every partition of its session); the followers append 0.8-2.8 ms later and fetch again in that input; the
+input that takes the second follower's fetch moves the HW and answers the Produce and the consumer's parked Fetch
+together (5.6-11.8 ms); then 4-8 ms passed before the listener wrote them, with no input on that broker in
+between: waiting for a core. So the leader answers a parked Fetch in the very input that moves the HW, and a
+follower fetches again at once after its append: no timer is waited on. What the CPU went to was reading
+partitions that had not changed: every woken parked fetch and every follower fetch read all ~19 partitions of its
+session (its core's checks, the answer's model, the FetchServed event, a log read at the LEO). Now a partition has
+a version, moved whenever its core changes and for all when the metadata moves; a woken parked fetch reads again
+only what was touched since its last read, a session fetch answers an unchanged partition it does not name from its
+last read (only the follower's fetch and caught-up times move), and a read at the end of the log does not go to the
+log. The answers are the ones a full read builds (the simulator's pinned seeds did not move).
+
+CPU per input, base and this build back to back, load 9.7-11.2 (the trace harness, not `hightide bench`):
+
+| input (us of CPU)                                        | base, one at a time | this | base, 10,000/s | this    |
+| -------------------------------------------------------- | ------------------- | ---- | -------------- | ------- |
+| leader: a Produce (append, followers' fetches answered)  | 985                 | 693  | 705-743        | 499-577 |
+| leader: a follower's fetch (its offset, the HW)          | 490                 | 296  | 484-492        | 298-307 |
+| follower: the leader's answer applied, next fetch sent   | 253                 | 253  | 174-179        | 191-199 |
+| the three brokers' CPU over the run (user+sys), s        | 2.52                | 2.31 | 2.84           | 2.49    |
+
+One record at a time (300 records 20 ms apart to one partition, linger.ms 0, confluent-kafka on both ends), base
+and this build alternating, load 12-13: produce-to-consume min 5.1 and 5.1 ms against 3.8 and 4.0, p10 7.1 and 8.1
+against 5.5 and 5.9, p50 14.9 and 14.2 against 8.5 and 10.4 (p99 swings with the load: 122-150 against 86-185). When
+no hop waits for a core, a record now goes: parsed 0.2 ms, appended 0.45, both followers' fetches answered 0.75 (was
+1.5-2.5: the re-reads), appended by the followers 1.2-2.4, HW moved and the Produce and the consumer's Fetch
+answered 2.3-3.7, written 2.7-4.3.
+
+And the driving task now gives the loop a turn after an input that answered or sent something when more inputs
+wait (asyncio's queue does not give way while it holds items): from the leader's Produce answer to the listener's
+write, p90 1.1 and 1.6 ms without it, 0.6 and 0.6 ms with it (10,000/s, load 14, two runs each); p50 0.4-0.5 ms both.
+
+Throughput is not bound by the brokers' CPU: 150,000 records of 100 B went through in 1.1 s with each broker using
+0.13-0.17 s of CPU (confluent-kafka's bound is its Python `produce` loop and the one Produce per partition in
+flight); at 16 KiB a ~1 MB Produce costs its leader ~2 ms of CPU and each follower's append ~0.43 ms, the brokers
+used 0.2-0.4 s of CPU each over a 2.6 s run: the bound is the acks=all round trip of one ~1 MB request per
+partition, and at load 8-14 most of that round trip is waiting for a core. librdkafka opens no fetch session (its
+Fetch carries session id 0 and epoch -1, FINAL: `rd_kafka_broker_fetch_toppars`), so sessions for the listener's
+consumers would change nothing for this client; they were not added. Left in the per-read cost: the log's scan
+from its sparse index (about a dozen 100-B batch headers parsed per read: `Segment.translate_offset`, libs/storage)
+and kio's encoding of each answer (60-90 us).
+
+`hightide bench --workload kafka`, base (f117689) and this build alternating, load 6.9-11.6 (1-minute):
+
+| figure                                 | base (two runs)     | this (two runs)     |
+| -------------------------------------- | ------------------- | ------------------- |
+| own client 100 B, records/s            | 129,412 / 223,934   | 132,984 / 119,724   |
+| confluent-kafka 100 B, records/s       | 152,148 / 192,446   | 159,388 / 128,791   |
+| own client 16 KiB, MB/s                | 66.2 / 92.5         | 60.3 / 48.8         |
+| confluent-kafka 16 KiB, MB/s           | 42.1 / 62.6         | 50.1 / 51.5         |
+| own client p99 at 10,000/s, ms         | 126 / 36.5          | 209 / 176           |
+| confluent-kafka p50 at 10,000/s, ms    | 35.9 / 28.6         | 31.9 / 30.5         |
+| confluent-kafka p99 at 10,000/s, ms    | 413 / 173           | 231 / 275           |
+
+At this load the runs swing 1.5-2x and say nothing either way; the CPU figures above are the measurement. Neither
+goal is met here.
 """
 
 from __future__ import annotations
