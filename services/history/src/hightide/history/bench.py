@@ -44,7 +44,9 @@ x0.43 of 1M's), audit 174.4 s (11.5k, x0.61), snapshots 91.4 s (x0.97), `rebuild
 Audit, seventh session (helper auditspeed4; the 1M lake, `run_audit` in a fresh JVM, base and new code back to back,
 load average 10.6 and 8.9; executor CPU from Spark's status store, JVM CPU the driver JVM's /proc CPU, executors
 included): 205 -> 146 stages, 965 -> 821 tasks, executor CPU 50.1 -> 46.3 s, JVM CPU 148.4 -> 133.5 s, wall 250 ->
-184 s (load), the same findings. The commits fold finds the runs of all five query sets (HW advances, truncations,
+184 s (load), the same findings; 4M (niced, base beside a test run at load 8, new at load 6): 209 -> 149 stages,
+executor CPU 167.9 -> 163.9 s, JVM CPU 346.4 -> 342.3 s, so at 4M the per-event work dominates and the gain is the
+stages. The commits fold finds the runs of all five query sets (HW advances, truncations,
 elections, acknowledgements, final logs) in one `runs_of` pass (its five checks 152 -> 103 stages); the leaders' view
 of C1/C2 is parsed and windowed once, not once per checkpoint (-3.4 s executor CPU); `read_lake`'s windows share one
 sort fewer. At 1M events the audit reads ~7.5k events per JVM-CPU second, ~27x off the goal; reading and caching the
