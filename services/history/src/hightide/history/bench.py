@@ -12,20 +12,9 @@ a snapshot 4.4 s; 4M: rebuild 86.2 s (x0.64: linear since the epoch cache became
 (x0.89), snapshots 175.8 s (x1.34), rebuild --at 8.0 s. Before this session's generator fix every HW advance of a
 generated history was a finding, which the audit figures of earlier sessions included. The goal is still far off:
 about 13x for the rebuild and 45x for the audit at 1M.
-Audit, fourth session (the machine at load average 12-38 throughout, so wall seconds meant little; figures are the
-driver JVM's CPU seconds for read plus each check at 1M, `/proc/<pid>/stat`, summed): 197 CPU s before, 172 after
-(-13%): the cache sorted by type (`audit.prepare`) halves the metadata checks' scans (one_leader_per_epoch 13.2 ->
-7.9) and the client checks' topic lives no longer sort the lake (no_duplicates 9.7 -> 6.1). Still about 40x off.
-Audit, fifth session (helper auditspeed2; load average 14-38 throughout, five to seven Spark JVMs of other helpers
-beside it, so CPU seconds themselves swell with the contention: the same 1M base profile took 223 driver-JVM CPU s
-now against 172 last session; compare only figures taken side by side). Changes: the leaders' views of C1 and C2
-folded and checkpointed once (leader_hw_monotonic + hw_advance_guarded 28.7 -> 23.5 CPU s, taken at a higher
-load), both loss checks read one checkpointed set of acknowledgement runs and the final leaders' runs once
-(acks_all + acknowledged_records_lost 39.7 -> 8.5, the runs now counted in the fold), runs_of checkpoints the
-frames three and two of its branches read (the five commits checks 97.2 -> 88.8 CPU s, A/B run side by side at
-load 29-37), and sequence gaps are sorted only in incarnations an aggregate shows to have one. The 10M audit was
-started twice and stopped both times: at load 30+ it got about 0.1 core (54 CPU s in 10 minutes of the ~2,000 it
-needs), so there is still no 10M figure. Still about 40x off the goal at 1M.
+Audit, sessions four to six (figures now stale, see below): the cache sorted by type (`audit.prepare`), the leaders'
+view and the loss checks' runs checkpointed once, sequence gaps sorted only where an aggregate finds one, shuffle
+partitions set by the lake's size (`audit.partitions_for`), the client checks' shared frames checkpointed once.
 Rebuild speed (2026-11-24, helper rebuildspeed), the 1M lake at local[2] under load average 21-37 (so wall times
 meant nothing; the figures are executor CPU seconds summed over the stages, from Spark's REST API, old and new code
 back to back): rebuild 20.8 -> 18.6 s CPU (it now orders the lake as `rebuild --out` does, `rebuild.ordered`: one
@@ -52,22 +41,18 @@ finished after 10 minutes): 1M: rebuild 18.5-19.6 s (25.5-27.0k events/s per cor
 snapshots 23.6-24.1 s, `rebuild --at` from a snapshot 5.4-5.6 s; 4M: rebuild 33.4 s (59.8k per core, cost per event
 x0.43 of 1M's), audit 174.4 s (11.5k, x0.61), snapshots 91.4 s (x0.97), `rebuild --at` 5.8 s. Spark start-up
 5.9-7.0 s apart. The cost grows no faster than the history; the rebuild is 3-8x off the goal and the audit 17-29x.
-Audit, sixth session (helper auditspeed3; load average 10-21 throughout, other helpers' Spark JVMs beside it, so the
-figures are Spark's own counts from its REST API, executor CPU of the tasks, and the driver JVM's CPU
-(`/proc/<pid>/stat`, executors included at local masters), old and new code back to back). On a small history (a
-clean simulated run, about 800 events, the jobs tier's kind) an audit is overhead: about 285 jobs of one stage
-each, 1,152 tasks, 8-13 s of executor CPU and 84-92 s of driver JVM CPU in a fresh JVM (48-55 s once the JVM is
-warm); the stages per check were committed_prefixes_agree 86 (the commits fold with it), no_duplicates 50,
-leader_completeness 26, consistent_offsets 20, acknowledged_records_lost 18, acks_all_acknowledged_committed 17,
-truncation_only_uncommitted 14, consumers_in_order 14, definite_failure_invisible 12, one_leader_per_epoch 10.
-Changes: the audit sets its shuffle partitions by the lake's size (`audit.partitions_for`: one per 125,000 events,
-so one for such a history, 8 at 1M as before) and the client checks' shared frames are checkpointed once. Small
-history: 285 -> 213 stages, 1,152 -> 289 tasks, driver JVM CPU 84-92 -> 74 s cold and 55 -> 50 s warm (loads
-10-15; adaptive execution off as well gave 69 jobs but 209 stages and no clear CPU gain, so it stays on). 1M lake:
-236 -> 196 stages, 1,194 -> 909 tasks, executor CPU 67.2 -> 60.0 s, driver JVM CPU 202.8 -> 170.6 s (load 17-21,
-601.7 and 602.5 s wall: the load, not the audit). Still about 20x off the goal at 1M; the driver's share (JVM CPU
-minus executor CPU, about 110 s at 1M and 40 s on a small history) is planning, adaptive re-planning after each
-stage and code generation, so fewer stages remain the lever (the commits fold's `runs_of` is the largest).
+Audit, seventh session (helper auditspeed4; the 1M lake, `run_audit` in a fresh JVM, base and new code back to back,
+load average 10.6 and 8.9; executor CPU from Spark's status store, JVM CPU the driver JVM's /proc CPU, executors
+included): 205 -> 146 stages, 965 -> 821 tasks, executor CPU 50.1 -> 46.3 s, JVM CPU 148.4 -> 133.5 s, wall 250 ->
+184 s (load), the same findings; 4M (niced, base beside a test run at load 8, new at load 6): 209 -> 149 stages,
+executor CPU 167.9 -> 163.9 s, JVM CPU 346.4 -> 342.3 s, so at 4M the per-event work dominates and the gain is the
+stages. The commits fold finds the runs of all five query sets (HW advances, truncations,
+elections, acknowledgements, final logs) in one `runs_of` pass (its five checks 152 -> 103 stages); the leaders' view
+of C1/C2 is parsed and windowed once, not once per checkpoint (-3.4 s executor CPU); `read_lake`'s windows share one
+sort fewer. At 1M events the audit reads ~7.5k events per JVM-CPU second, ~27x off the goal; reading and caching the
+lake alone takes 12-14 s executor CPU. Growth is superlinear beyond 1M because `leader_completeness` compares every
+election with every earlier epoch (elections x epochs per partition: the 10M lake's ~1,900 epochs per partition make
+that ~100x the 1M's work for 10x the events); linearising it is the next lead.
 Rebuild speed, third pass (2026-11-24, helper rebuildspeed3), the 1M lake at local[2], base and new code back to
 back in one script each (executor CPU from Spark's status store, JVM CPU the driver JVM's whole /proc CPU) under load
 average 16-26 from other helpers' test runs (wall seconds 3-5x too high, so not quoted). Rebuild (`fold_events` +

@@ -73,11 +73,13 @@ def with_order(raw: DataFrame) -> DataFrame:
     keeps the first it sees."""
     key = Window.partitionBy(*EVENT_KEY)
     content = F.struct(*EVENT_CONTENT)
-    # Every window below is within one emitter: shuffled once by emitter, they all reuse that partitioning.
+    # Every window below is within one emitter: shuffled once by emitter, they all reuse that partitioning. The
+    # copies are numbered before `clashing` is found: the numbering's sort (by EVENT_KEY, then stream sequence) is
+    # also the order `clashing`'s window and the incarnations' one need, so the three windows share one sort.
     unique = (
         raw.repartition(*EMITTER)
-        .withColumn("clashing", F.min(content).over(key) != F.max(content).over(key))
         .withColumn("_copy", F.row_number().over(key.orderBy("stream_sequence", *EVENT_CONTENT)))
+        .withColumn("clashing", F.min(content).over(key) != F.max(content).over(key))
         .where(F.col("_copy") == 1)
         .drop("_copy")
     )

@@ -153,22 +153,25 @@ def entry_depths(lives: DataFrame) -> DataFrame:
 
 def runs_of(queries: DataFrame, depths: DataFrame, id_columns: Sequence[str], *, before: bool = False) -> DataFrame:
     """The runs (run_start, run_end, x) of each query's replica log within [lo, hi), at the query's position `t`
-    (after its event; `before`: just before it). A query is one row per `id_columns` with KEY, t, lo and hi;
-    `depths` is `entry_depths` of the replicas' entries.
+    (after its event; `before`: just before it; a `phase` column, `_BEFORE` or `_AFTER`, says it per query instead).
+    A query is one row per `id_columns` with KEY, t, lo and hi; `depths` is `entry_depths` of the replicas' entries.
 
     A query reads its replica's live entries by depth (see `entry_depths`): first the top one, which holds the
     whole range when it starts at or below `lo` (nearly every high watermark advance and acknowledgement); then the
     few below the top; only a query reaching deeper (an election reads its whole log) reads them all."""
     c = F.col
-    phase = _BEFORE if before else _AFTER
-    marked = queries.select("*", c("t").alias("pos"), F.lit(phase).alias("phase"), F.lit(0).alias("delta"))
+    phase = F.lit(_BEFORE if before else _AFTER)
+    if "phase" in queries.columns:  # each query says its own (see `Folded.__init__`: every query set in one pass)
+        phase = c("phase")
+    marked = queries.select(*[name for name in queries.columns if name != "phase"], c("t").alias("pos"),
+                            phase.alias("phase"), F.lit(0).alias("delta"))  # fmt: skip
     changes = depths.select(*KEY, "pos", "phase", "s", "delta")
     upto = Window.partitionBy(*KEY).orderBy("pos", "phase", "s").rowsBetween(Window.unboundedPreceding, 0)
     # `counted` and `top` are each read by more than one branch below: checkpointed, their windows run once.
     counted = (
         marked.unionByName(changes, allowMissingColumns=True)
         .withColumn("_depth", F.coalesce(F.sum("delta").over(upto), F.lit(0)))
-        .where(c("phase") == phase)
+        .where(c("phase").isin(_BEFORE, _AFTER))
         .drop("delta", "s")
     ).localCheckpoint()
     top = _entries_at(counted.withColumn("_d", c("_depth")), depths).localCheckpoint()
@@ -245,7 +248,45 @@ class Folded:
         )
         hw_queries = hw.select(*KEY, "event_id", c("position").alias("t"), F.greatest("lo", clip).alias("lo"), "hi",
                                "epoch", "leader_t")  # fmt: skip
-        hw_runs = runs_of(hw_queries, entries, ["event_id"]).localCheckpoint()  # read by two frames below
+        truncated = stream.where((c("kind") == "truncated") & (c("reason") != "start_over") & (c("lo") < c("hi")))
+        truncation_queries = truncated.select(*KEY, "event_id", c("position").alias("t"),
+                                              F.greatest("lo", "lso_t").alias("lo"), "hi", "epoch",
+                                              c("lo").alias("truncated_to"), "reason")  # fmt: skip
+        became = stream.where(c("kind") == "leader")
+        self.elections = became.select(*KEY, "event_id", "epoch", c("lso_t").alias("log_start"))
+        election_queries = became.select(*KEY, "event_id", c("position").alias("t"), F.col("lso_t").alias("lo"), "hi")
+        acks = stream.where(c("kind") == "ack")
+        self.acks = acks.select(*KEY, "event_id", "epoch", "acks", c("lo").alias("base"), (c("hi") - 1).alias("last"),
+                                c("value").alias("high_watermark"))  # fmt: skip
+        ack_queries = acks.select(*KEY, "event_id", c("position").alias("t"), F.greatest("lo", "lso_t").alias("lo"),
+                                  "hi", "epoch", "acks")  # fmt: skip
+        last = Window.partitionBy(*KEY).orderBy(F.col("position").desc())
+        ends = stream.withColumn("_n", F.row_number().over(last)).where(c("_n") == 1)
+        self.final_log_start = ends.select(*KEY, c("lso_t").alias("final_lso"))
+        final_queries = ends.select(*KEY, F.lit("").alias("event_id"), (c("position") + 1).alias("t"),
+                                    F.col("lso_t").alias("lo"), F.col("leo_t").alias("hi"))  # fmt: skip
+        # Every query set's runs in one `runs_of` pass (its windows and joins run once, not five times), told apart
+        # by `_q`; each query is one `_qid`. Checkpointed: every frame below is a filter of it.
+        sets = {
+            "hw": (hw_queries, _AFTER),
+            "truncation": (truncation_queries, _BEFORE),
+            "election": (election_queries, _AFTER),
+            "ack": (ack_queries, _AFTER),
+            "final": (final_queries, _AFTER),
+        }
+        queries = functools.reduce(
+            functools.partial(DataFrame.unionByName, allowMissingColumns=True),
+            [frame.select("*", F.lit(q).alias("_q"), F.concat_ws("|", F.lit(q), "event_id", *KEY).alias("_qid"),
+                          F.lit(phase).alias("phase")) for q, (frame, phase) in sets.items()],
+        )  # fmt: skip
+        runs = runs_of(queries, entries, ["_qid"]).localCheckpoint()
+
+        def runs_for(q: str) -> DataFrame:
+            """The runs of one query set, with that set's own columns."""
+            frame = sets[q][0]
+            return runs.where(c("_q") == q).select(*frame.columns, "x", "run_start", "run_end")
+
+        hw_runs = runs_for("hw")
         self.commits = (
             hw_runs.where(c("leader_t"))
             .select(*TP, "run_start", "run_end", "x", c("epoch").alias("commit_epoch"), "event_id")
@@ -253,21 +294,8 @@ class Folded:
         )
         self.follower_runs = hw_runs.where(~c("leader_t")).select(*KEY, "event_id", "epoch", c("hi").alias("hw"),
                                                                   "run_start", "run_end", "x")  # fmt: skip
-        truncated = stream.where((c("kind") == "truncated") & (c("reason") != "start_over") & (c("lo") < c("hi")))
-        self.truncation_runs = runs_of(
-            truncated.select(*KEY, "event_id", c("position").alias("t"), F.greatest("lo", "lso_t").alias("lo"),
-                             "hi", "epoch", c("lo").alias("truncated_to"), "reason"),
-            entries, ["event_id"], before=True,
-        )  # fmt: skip
-        became = stream.where(c("kind") == "leader")
-        self.elections = became.select(*KEY, "event_id", "epoch", c("lso_t").alias("log_start"))
-        self.election_runs = runs_of(
-            became.select(*KEY, "event_id", c("position").alias("t"), F.col("lso_t").alias("lo"), "hi"),
-            entries, ["event_id"],
-        )  # fmt: skip
-        acks = stream.where(c("kind") == "ack")
-        self.acks = acks.select(*KEY, "event_id", "epoch", "acks", c("lo").alias("base"), (c("hi") - 1).alias("last"),
-                                c("value").alias("high_watermark"))  # fmt: skip
+        self.truncation_runs = runs_for("truncation")
+        self.election_runs = runs_for("election")
         # Issue 13, deleted topics: the acknowledgements a TopicDeleted of their topic follows (wall_ms at or after).
         # The envelope's topic column names the acknowledgement's topic: no payload is parsed, and the deletions
         # (few) go to every task.
@@ -277,19 +305,9 @@ class Folded:
             acked.join(F.broadcast(deleted), ["topic"]).where(c("_deleted_ms") >= c("wall_ms")).select("event_id")
             .distinct()
         )  # fmt: skip
-        # Read by both loss checks (acks=all and acks=1): checkpointed, so the runs are found once, not twice.
-        self.ack_runs = runs_of(
-            acks.select(*KEY, "event_id", c("position").alias("t"), F.greatest("lo", "lso_t").alias("lo"), "hi",
-                        "epoch", "acks"),
-            entries, ["event_id"],
-        ).join(self.deleted_acks, ["event_id"], "left_anti").localCheckpoint()  # fmt: skip
-        last = Window.partitionBy(*KEY).orderBy(F.col("position").desc())
-        ends = stream.withColumn("_n", F.row_number().over(last)).where(c("_n") == 1)
-        self.final_log_start = ends.select(*KEY, c("lso_t").alias("final_lso"))
-        self.final_runs = runs_of(
-            ends.select(*KEY, (c("position") + 1).alias("t"), F.col("lso_t").alias("lo"), F.col("leo_t").alias("hi")),
-            entries, list(KEY),
-        ).select(*KEY, "run_start", "run_end", "x").localCheckpoint()  # fmt: skip
+        # Read by both loss checks (acks=all and acks=1): checkpointed, so the anti join runs once, not twice.
+        self.ack_runs = runs_for("ack").join(self.deleted_acks, ["event_id"], "left_anti").localCheckpoint()
+        self.final_runs = runs_for("final").select(*KEY, "run_start", "run_end", "x")
         self.bucket_widths = bucket_widths(_commits(self)).localCheckpoint()
         widths = self.bucket_widths.withColumnRenamed("topic", "ct").withColumnRenamed("partition", "cp")
         self.commit_buckets = _buckets(_commits(self).join(F.broadcast(widths), ["ct", "cp"]), "c_start", "c_end",
@@ -299,13 +317,18 @@ class Folded:
             became.groupBy(*TP)
             .agg(F.max(F.struct("epoch", "replica")).alias("_m"))
             .select(*TP, c("_m.epoch").alias("leader_epoch"), c("_m.replica").alias("final_leader"))
-        )
+        ).localCheckpoint(eager=False)  # read by both loss checks
         self.exemptions = _exemptions(lake, stream, min_insync_replicas).localCheckpoint()
         sent = of_type(lake, events.SendCompleted)
-        self.sent = sent.where((c("outcome") == "ok") & (c("offset") >= 0)).select(*TP, "offset", c("value"))
+        # `sent` is read by every check's findings (`_finish`), `cleaned` by three: each found once (lazily, on the
+        # first check that reads it), not re-parsed from the lake by every reader.
+        self.sent = (
+            sent.where((c("outcome") == "ok") & (c("offset") >= 0)).select(*TP, "offset", c("value"))
+            .localCheckpoint(eager=False)
+        )  # fmt: skip
         # Issue 13, compaction: each partition's cleaned point (the highest cleaned_up_to of any replica).
         compacted = of_type(lake, events.LogCompacted)
-        self.cleaned = compacted.groupBy(*TP).agg(F.max("cleaned_up_to").alias("cleaned"))
+        self.cleaned = compacted.groupBy(*TP).agg(F.max("cleaned_up_to").alias("cleaned")).localCheckpoint(eager=False)
 
 
 def _exemptions(lake: DataFrame, stream: DataFrame, min_insync_replicas: int) -> DataFrame:

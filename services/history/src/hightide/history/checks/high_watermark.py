@@ -177,9 +177,12 @@ def _tenures(frame: DataFrame) -> _Tenures:
     halves): checkpointed, so the windows over the leaders' views run once per audit, not four times."""
     held = _TENURES.get(frame)
     if held is None:
+        # One checkpoint of the rows both frames read: the view (its payloads parsed, its windows run) once, not
+        # once per frame.
         view = _leader_view(frame)
-        updates = view.where(F.col("type") == events.FollowerStateUpdated.TYPE)
-        held = _TENURES[frame] = _Tenures(_advances(view).localCheckpoint(), updates.localCheckpoint())
+        updated = F.col("type") == events.FollowerStateUpdated.TYPE
+        rows = view.where(_leading_advance() | updated).localCheckpoint()
+        held = _TENURES[frame] = _Tenures(_advances(rows), rows.where(updated))
     return held
 
 
@@ -188,9 +191,12 @@ def forget(frame: DataFrame) -> None:
     _TENURES.pop(frame, None)
 
 
+def _leading_advance() -> Column:
+    return (F.col("type") == events.HighWatermarkAdvanced.TYPE) & F.col("leading")
+
+
 def _advances(view: DataFrame) -> DataFrame:
-    leading_advance = (F.col("type") == events.HighWatermarkAdvanced.TYPE) & F.col("leading")
-    return view.where(leading_advance).withColumn("maximal_isr", F.array_sort(F.array_union("isr", "pending")))
+    return view.where(_leading_advance()).withColumn("maximal_isr", F.array_sort(F.array_union("isr", "pending")))
 
 
 def _leader_view(frame: DataFrame) -> DataFrame:
