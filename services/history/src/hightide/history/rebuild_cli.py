@@ -99,7 +99,7 @@ def _check_lake(lake: Path) -> None:
 def run_rebuild(args: argparse.Namespace) -> int:
     at_ms = parse_instant(args.at)
     _check_lake(args.lake)
-    spark = spark_session(args.master, "hightide-history-rebuild", short=_from_snapshot(args, at_ms))
+    spark = spark_session(args.master, "hightide-history-rebuild", short=short_job(args, at_ms))
     state = state_at(spark, args.lake, at_ms, args.topic, not args.no_snapshots)
     if args.out is not None:
         write_timelines(spark, args.lake, at_ms, args.out)
@@ -110,7 +110,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _from_snapshot(args: argparse.Namespace, at_ms: int) -> bool:
+def short_job(args: argparse.Namespace, at_ms: int) -> bool:
     """Whether the command is a short job: the state at the instant from a snapshot, and no timelines to write (a
     look at the lake's file names and the snapshots' manifests, before any JVM starts)."""
     from hightide.history.snapshot import lake_files, latest_valid  # noqa: PLC0415 (as above)
