@@ -100,9 +100,11 @@ walls are 2-4x high; old and new code back to back, `/work/prof/atcold/m.py`): t
 ordered controller side, adaptive execution is off for the query, and the command's driver JVM compiles with C1
 only (`spark.session(short=True)`). Jobs 55 -> 19; first query's driver JVM CPU 34.4 -> 14.5 s (1M), 38.1 -> 17.1
 (4M), 45.5 -> 24.6 (10M), its wall 55.1 -> 24.0, 67.0 -> 37.1, 61.1 -> 37.1 s; warm query's CPU 16.0 -> 6.7, 20.4
--> 8.7, 24.9 -> 12.0 s. No quiet figure yet: scaled by CPU the first query would take about 8, 9 and 12 s quiet
-(an estimate). What still grows: every controller event is in the snapshot (4.5k at 1M, 45k at 10M), and the
-query reads and parses them about six times.
+-> 8.7, 24.9 -> 12.0 s. Then quiet (load 0.2-2.4, old and new back to back): first query 17.0 -> 11.3 s (1M),
+19.5 -> 11.5 s (4M), 22.3 -> 14.8 s (10M); warm 8.5 -> 5.6, 9.7 -> 6.6, 11.9 -> 9.7 s; start-up 3.3-4.7 s apart.
+Still over the 10 s goal cold: the driver's planning of 19 jobs in a cold JVM is most of it, and what grows is the
+controller side (every controller event is in the snapshot: 4.5k at 1M, 45k at 10M, read and parsed about six
+times). Tried and dropped: whole-stage code generation off, 1 or 2 shuffle partitions (within the noise).
 """
 
 from __future__ import annotations
