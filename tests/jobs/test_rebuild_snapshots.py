@@ -10,6 +10,7 @@ own reader (every envelope checked) and must fold without an anomaly.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import shutil
@@ -25,7 +26,7 @@ from pyspark.sql import SparkSession
 from hightide.audit.auditor import audit
 from hightide.audit.rebuild import ClusterState, rebuild
 from hightide.history.generate import generate_lake
-from hightide.history.rebuild_cli import main, parse_instant
+from hightide.history.rebuild_cli import add_parser, main, parse_instant, short_job
 from hightide.history.snapshot import (
     REPLICAS_SCHEMA,
     SNAPSHOT_FORMAT,
@@ -152,7 +153,7 @@ def test_a_snapshot_of_an_older_format_is_not_used(tmp_path: Path) -> None:
 
 
 def test_a_rebuild_from_a_snapshot_reads_no_hour_before_it(
-    stretched: tuple[list[Envelope], Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+    spark: SparkSession, stretched: tuple[list[Envelope], Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """Given snapshots, when every lake file of the hours before the last snapshot is unreadable (names kept, so the
     snapshot is still valid), `rebuild --at` an instant after it still prints the full replay's state, offline
@@ -195,6 +196,31 @@ def test_a_rebuild_from_a_snapshot_reads_no_hour_before_it(
     assert [(a["event_type"], a["metadata_offset"]) for a in printed["abandoned"]] == [
         (a.event_type, a.metadata_offset) for a in expected.abandoned
     ]
+    # The query ran without adaptive execution; the process's session has its own setting back for what comes next.
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
+
+
+def test_only_a_rebuild_from_a_snapshot_is_a_short_job(tmp_path: Path) -> None:
+    """`rebuild --at` starts its driver JVM for a job of seconds (the client compiler only) exactly when it will read
+    a valid snapshot and write no timelines: a full replay, `--out` or `--no-snapshots` get the default JVM."""
+    lake = tmp_path / "lake"
+    generate_lake(lake, 3_000, events_per_hour=1_000)
+    by_hour = lake_files(lake)
+    first, second = list(by_hour)[:2]
+    directory = lake / SNAPSHOTS_DIR / f"hour={second}"
+    directory.mkdir(parents=True)
+    names = sorted(p.path.relative_to(lake).as_posix() for p in by_hour[first])
+    (directory / "_manifest.json").write_text(json.dumps({"hour": second, "format": SNAPSHOT_FORMAT, "files": names}))
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command", required=True))
+
+    def short(*extra: str, at_ms: int = second * HOUR_MS + 1) -> bool:
+        return short_job(parser.parse_args(["rebuild", "--lake", str(lake), "--at", str(at_ms), *extra]), at_ms)
+
+    assert short()
+    assert not short("--out", str(tmp_path / "timelines"))
+    assert not short("--no-snapshots")
+    assert not short(at_ms=second * HOUR_MS - 2), "before the only snapshot: a full replay"
 
 
 def test_generated_histories_are_valid_and_fold_without_an_anomaly(tmp_path: Path) -> None:

@@ -464,7 +464,24 @@ def controller_events(events: DataFrame, scope: Scope = ()) -> DataFrame:
 
 
 def metadata_order(events: DataFrame, scope: Scope = ()) -> DataFrame:
-    """The committed metadata events in `hightide.audit.rebuild.controller_order`, numbered by `metadata_order`."""
+    """The committed metadata events in `hightide.audit.rebuild.controller_order`, numbered by `metadata_order`.
+
+    Computed once per (`events`, `scope`), as `controller_side` is (a lazy local checkpoint of its few rows): the
+    partition fold and the offline replicas both read it, and a state at an instant computes both in a fresh JVM,
+    where each plan's planning and code generation cost more than its rows."""
+    by_scope = _METADATA_ORDER.setdefault(events, {})
+    held = by_scope.get(tuple(scope))
+    if held is None:
+        held = by_scope[tuple(scope)] = _metadata_order(events, scope).localCheckpoint(eager=False)
+    return held
+
+
+_METADATA_ORDER: Final[weakref.WeakKeyDictionary[DataFrame, dict[tuple[str, ...], DataFrame]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _metadata_order(events: DataFrame, scope: Scope) -> DataFrame:
     controller = controller_events(events, scope)
     kind = F.col("type")
     takeovers = (

@@ -7,7 +7,8 @@ event with wall_ms < H needs to go on exactly:
 LAKE/_snapshots/hour=N/_manifest.json     the lake files it folded (hour directories < N), written last
 LAKE/_snapshots/hour=N/replicas/          each live replica's LEO, HW, log start offset and epoch cache
 LAKE/_snapshots/hour=N/metadata/          the controller-side events themselves (lake rows: every event of
-                                          the controller types, and every event a controller emitted): few,
+                                          the controller types and of the stamped decision types, and every
+                                          event a controller emitted): few,
                                           and the partition fold and the controller's lists (offline replicas,
                                           abandoned intents) must see them all (a later takeover abandons an
                                           earlier controller's intents after the fact)
@@ -54,6 +55,7 @@ from hightide.history.events import LAKE_SCHEMA
 from hightide.history.rebuild import (
     CONTROLLER_TYPES,
     EPOCHS_TYPE,
+    STAMPED_TYPES,
     Rebuilt,
     final_replicas,
     final_states,
@@ -255,9 +257,10 @@ def _opened_rows(replicas: DataFrame, like: DataFrame, boundary_ms: int) -> Data
 
 
 def _controller_side() -> Column:
-    """The lake rows a snapshot keeps whole: the controller types' (the partition fold's) and every event of the
-    controller service (`controller_lists`')."""
-    return F.col("type").isin(*CONTROLLER_TYPES) | (F.col("service") == CONTROLLER_SERVICE)
+    """The lake rows a snapshot keeps whole: the controller types' (the partition fold's), the stamped decisions'
+    (the abandoned intents') and every event of the controller service (it emits the decisions: a snapshot of
+    format 2 written before the stamped types were named here holds them through it)."""
+    return F.col("type").isin(*CONTROLLER_TYPES, *STAMPED_TYPES) | (F.col("service") == CONTROLLER_SERVICE)
 
 
 def clock_went_back(rows: DataFrame, held: Snapshotted) -> bool:
@@ -333,7 +336,6 @@ class RebuiltAt:
     partitions: DataFrame
     snapshot_hour: int | None  # None: folded from the beginning
     note: str  # why a snapshot was not used, when one was not
-    controller: DataFrame  # the controller service's lake rows up to the instant (`hightide.history.rebuild_cli`)
     events: DataFrame  # the ordered events both folds read, persisted: `release` frees them
 
     def release(self) -> None:
@@ -348,7 +350,6 @@ def rebuild_at(spark: SparkSession, lake: Path, at_ms: int, use_snapshots: bool 
     last_hour = at_ms // HOUR_MS
     snapshot = latest_valid(lake, at_ms, by_hour) if use_snapshots else None
     note = ""
-    controller_service = F.col("service") == CONTROLLER_SERVICE
     if snapshot is not None:
         parts = [p for hour, ps in by_hour.items() if snapshot.hour <= hour <= last_hour for p in ps]
         rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
@@ -356,11 +357,10 @@ def rebuild_at(spark: SparkSession, lake: Path, at_ms: int, use_snapshots: bool 
         if not clock_went_back(rows, held):
             rebuilt = continued(rows, held, snapshot.boundary_ms, persist=True)
             replicas, partitions = final_states(rebuilt.frames)
-            controller = held.metadata.where(controller_service).unionByName(rows.where(controller_service))
-            return RebuiltAt(replicas, partitions, snapshot.hour, "", controller, rebuilt.events)
+            return RebuiltAt(replicas, partitions, snapshot.hour, "", rebuilt.events)
         note = f"the snapshot at hour {snapshot.hour} is not used: a wall clock went back across it"
     parts = [p for hour, ps in by_hour.items() if hour <= last_hour for p in ps]
     rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
     rebuilt = continued(rows, None, 0, persist=True)
     replicas, partitions = final_states(rebuilt.frames)
-    return RebuiltAt(replicas, partitions, None, note, rows.where(controller_service), rebuilt.events)
+    return RebuiltAt(replicas, partitions, None, note, rebuilt.events)
