@@ -37,7 +37,7 @@ from hightide.history.snapshot import (
     snapshots,
     write_snapshots,
 )
-from hightide.lake.layout import HOUR_MS, part_name, scan_lake
+from hightide.lake.layout import HOUR_MS, PartFile, part_name, scan_lake
 from hightide.lake.reader import read_envelopes
 from hightide.protocol.envelope import Envelope
 from simulation.simulator import Simulation
@@ -121,9 +121,9 @@ def test_a_rebuild_from_a_snapshot_is_a_rebuild_from_scratch(
     }
 
 
-def test_a_late_file_before_a_snapshots_hour_makes_it_stale(tmp_path: Path) -> None:
-    """Given a snapshot whose manifest names the lake's files, when a batch lands later in an hour before it, the
-    rebuild no longer takes that snapshot (it would miss those events)."""
+def _lake_with_a_manifest(tmp_path: Path) -> tuple[Path, dict[int, list[PartFile]], int, int]:
+    """A generated lake of three hours and a snapshot manifest at its second hour naming the first hour's files (a
+    valid snapshot as far as the file names and the manifest say): the lake, its files by hour, and the two hours."""
     lake = tmp_path / "lake"
     generate_lake(lake, 3_000, events_per_hour=1_000)
     by_hour = lake_files(lake)
@@ -132,6 +132,13 @@ def test_a_late_file_before_a_snapshots_hour_makes_it_stale(tmp_path: Path) -> N
     directory.mkdir(parents=True)
     names = sorted(p.path.relative_to(lake).as_posix() for p in by_hour[first])
     (directory / "_manifest.json").write_text(json.dumps({"hour": second, "format": SNAPSHOT_FORMAT, "files": names}))
+    return lake, by_hour, first, second
+
+
+def test_a_late_file_before_a_snapshots_hour_makes_it_stale(tmp_path: Path) -> None:
+    """Given a snapshot whose manifest names the lake's files, when a batch lands later in an hour before it, the
+    rebuild no longer takes that snapshot (it would miss those events)."""
+    lake, by_hour, first, second = _lake_with_a_manifest(tmp_path)
     assert latest_valid(lake, second * HOUR_MS, lake_files(lake)) is not None
     late = by_hour[first][0].path.parent / part_name(90_000, 90_001, 1, 1)
     shutil.copy(by_hour[first][0].path, late)
@@ -203,14 +210,7 @@ def test_a_rebuild_from_a_snapshot_reads_no_hour_before_it(
 def test_only_a_rebuild_from_a_snapshot_is_a_short_job(tmp_path: Path) -> None:
     """`rebuild --at` starts its driver JVM for a job of seconds (the client compiler only) exactly when it will read
     a valid snapshot and write no timelines: a full replay, `--out` or `--no-snapshots` get the default JVM."""
-    lake = tmp_path / "lake"
-    generate_lake(lake, 3_000, events_per_hour=1_000)
-    by_hour = lake_files(lake)
-    first, second = list(by_hour)[:2]
-    directory = lake / SNAPSHOTS_DIR / f"hour={second}"
-    directory.mkdir(parents=True)
-    names = sorted(p.path.relative_to(lake).as_posix() for p in by_hour[first])
-    (directory / "_manifest.json").write_text(json.dumps({"hour": second, "format": SNAPSHOT_FORMAT, "files": names}))
+    lake, _, _, second = _lake_with_a_manifest(tmp_path)
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers(dest="command", required=True))
 
