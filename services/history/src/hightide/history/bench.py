@@ -90,6 +90,10 @@ only (`spark.session(short=True)`). Jobs 55 -> 19; first query's driver JVM CPU 
 Still over the 10 s goal cold: the driver's planning of 19 jobs in a cold JVM is most of it, and what grows is the
 controller side (every controller event is in the snapshot: 4.5k at 1M, 45k at 10M, read and parsed about six
 times). Tried and dropped: whole-stage code generation off, 1 or 2 shuffle partitions (within the noise).
+End of the seventh session (every branch merged; quiet, load 0-3, each size alone; `--at` in a fresh JVM, start-up
+apart, then the same query warm): 1M rebuild 17.0 s (29.4k events/s per core), audit 54.2 s (9.2k), snapshots
+22.3 s, `--at` 9.7 / 5.0 s; 4M 23.5 s (85.2k), 151.4 s (13.2k), 89.6 s, 10.5 / 6.3 s; 10M 63.2 s (79.2k), 443.8 s
+(11.3k), 257.1 s, 13.6 / 9.0 s. `--at` meets its goal at 1M only.
 """
 
 from __future__ import annotations
