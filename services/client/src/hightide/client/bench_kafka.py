@@ -192,7 +192,9 @@ entity's field plan are cached (a 100-B Produce parsed, translated, answered and
 6-partition Fetch 251-385 -> 202-238 us), parked fetches are indexed by partition. Base (f71ef2d) and this build
 alternating, the harness, load 12-16, the three brokers' CPU: 16 KiB 2.67 / 2.76 / 2.56 s -> 2.23 / 2.02 / 1.96 s
 (faults per broker 42-90 thousand -> 2.7-3.7 thousand), the latency run 2.65 / 2.27 / 2.30 s -> 2.06 / 2.38 / 2.37 s
-(no difference at that load). Neither goal is met at this load; the quiet-machine figures are the lead's to take.
+(no difference at that load). `hightide bench --workload kafka`, three base / this pairs at load 10-17 swung 2x
+either way (confluent-kafka 16 KiB 22.5 / 19.2 / 41.0 against 20.5 / 42.8 / 34.2 MB/s, p99 128 / 630 / 650 against
+357 / 177 / 274 ms); neither goal is met at this load, and the quiet-machine figures are the lead's to take.
 """
 
 from __future__ import annotations
