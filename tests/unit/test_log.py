@@ -282,6 +282,37 @@ def test_read_never_returns_a_batch_reaching_max_offset(tmp_path: Path) -> None:
     assert log.read(4, 10_000, max_offset=4) == b""
 
 
+def _every_read(log: PartitionLog) -> list[bytes]:
+    """The log read from every offset, with budgets that cut inside and between batches, and HW-like bounds."""
+    end = log.log_end_offset
+    return [
+        log.read(start, max_bytes, max_offset=max_offset, min_one_batch=min_one)
+        for start in range(log.log_start_offset, end + 1)
+        for max_bytes in (0, 99, 100, 250, 10_000)
+        for max_offset in (None, start + 3, start + 8, end)
+        for min_one in (True, False)
+    ]
+
+
+def test_reads_from_the_remembered_tail_equal_reads_that_scan_the_segment(tmp_path: Path) -> None:
+    """A segment answers reads of its latest batches from what it appended; a log reopened from disk scans batch
+    headers from the index. Both give the same bytes, after appends of both kinds and after truncations."""
+    log = open_log(tmp_path / "a", segment_bytes=1_500, index_interval_bytes=150)
+    for i in range(9):
+        log.append_as_leader(batch_of_size(100, count=5, timestamp=1_000 + i), leader_epoch=0, now=WallMs(0))
+    follower = open_log(tmp_path / "b", segment_bytes=1_500, index_interval_bytes=150)
+    follower.append_as_follower(log.read(0, 10_000), now=WallMs(0))
+    log.truncate_to(32, WallMs(0))  # inside the seventh batch: it goes, and the tail is read from disk again
+    for _ in range(2):  # batches of another size: nothing after the cut lies where a batch before it did
+        log.append_as_leader(batch_of_size(150, count=4), leader_epoch=1, now=WallMs(0))
+    for written in (log, follower):
+        answers = _every_read(written)
+        written.close()
+        reopened = PartitionLog.open(written.directory, TP, written.config, WallMs(0), clean_shutdown=True)
+        assert _every_read(reopened) == answers
+        reopened.close()
+
+
 def test_read_outside_the_log_is_offset_out_of_range(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     log.append_as_leader(batch(2), leader_epoch=0, now=WallMs(0))

@@ -293,6 +293,8 @@ class ReplicaManager:
         self._broker_epochs: dict[int, int] = {}  # shared with every core: the active brokers and their epochs
         self._produces: dict[int, _PendingProduceRequest] = {}
         self._parked: dict[int, _ParkedFetch] = {}
+        # The parked fetches naming each partition: an append or a core's change visits only its own fetches.
+        self._parked_on: dict[TopicPartition, dict[int, _ParkedFetch]] = {}
         self._hw_told: dict[tuple[int, TopicPartition], int] = {}
         self._sessions: dict[int, _FetchSession] = {}
         self._fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
@@ -462,7 +464,10 @@ class ReplicaManager:
             return read.effects + self._answer_fetch(request_id, read, context, now)
         partitions = frozenset(TopicPartition(p.topic, p.partition) for p in request.partitions)
         deadline = MonoMs(now.mono_ms + request.max_wait_ms)
-        self._parked[request_id] = _ParkedFetch(request_id, context, deadline, partitions, read)
+        parked = _ParkedFetch(request_id, context, deadline, partitions, read)
+        self._parked[request_id] = parked
+        for tp in partitions:
+            self._parked_on.setdefault(tp, {})[request_id] = parked
         return read.effects
 
     def _read_fetch(
@@ -565,10 +570,9 @@ class ReplicaManager:
 
     def _wake(self, tp: TopicPartition) -> None:
         self._versions[tp] = self._versions.get(tp, 0) + 1
-        for parked in self._parked.values():
-            if tp in parked.partitions:
-                parked.woken = True  # read again at the end of this input, with everything it changed
-                parked.touched.add(tp)
+        for parked in self._parked_on.get(tp, {}).values():
+            parked.woken = True  # read again at the end of this input, with everything it changed
+            parked.touched.add(tp)
 
     def _read_parked_whole(self) -> None:
         """What a fetch's answer depends on beyond its partitions' cores may have changed (leadership, the
@@ -581,9 +585,8 @@ class ReplicaManager:
     def _touch(self, tp: TopicPartition) -> None:
         """The core of `tp` changed (it returned effects): fetches read it again when they next read it."""
         self._versions[tp] = self._versions.get(tp, 0) + 1
-        for parked in self._parked.values():
-            if tp in parked.partitions:
-                parked.touched.add(tp)
+        for parked in self._parked_on.get(tp, {}).values():
+            parked.touched.add(tp)
 
     def _version(self, tp: TopicPartition) -> tuple[int, int]:
         """What a fetch's answer for `tp` was read at: it is the same while this is."""
@@ -624,9 +627,17 @@ class ReplicaManager:
             parked.read, parked.touched, parked.whole = read, set(), False
             out += read.effects
             if read.ready or parked.deadline_ms <= now.mono_ms:
-                del self._parked[parked.request_id]
+                self._unpark(parked)
                 out += self._answer_fetch(parked.request_id, read, parked.context, now)
         return out
+
+    def _unpark(self, parked: _ParkedFetch) -> None:
+        del self._parked[parked.request_id]
+        for tp in parked.partitions:
+            on = self._parked_on[tp]
+            del on[parked.request_id]
+            if not on:
+                del self._parked_on[tp]
 
     def _answer_fetches_of(self, replicas: Iterable[int], now: Now) -> None:
         """A partition's new followers have fetches parked here that do not name it: answer them now, so their

@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
+import functools
 import io
 import struct
 import sys
@@ -33,7 +34,8 @@ import uuid
 from collections.abc import Iterable
 from typing import Any, Final, Literal
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema as _kio_request_schema
+from kio.index import load_response_schema as _kio_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
@@ -44,6 +46,11 @@ from kio.serial.errors import SerialError
 
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode
+
+# kio finds a schema by importing its module by name on every call (importlib and pkgutil, about 4 us), two or three
+# times per request: each (api key, version) is looked up once.
+load_request_schema = functools.cache(_kio_request_schema)
+load_response_schema = functools.cache(_kio_response_schema)
 
 SOCKET_REQUEST_MAX_BYTES_DEFAULT: Final = 104_857_600  # Kafka's socket.request.max.bytes
 SIZE: Final = struct.Struct(">i")
@@ -226,13 +233,33 @@ def make(schema: type[Any], **values: Any) -> Any:
     """An entity of `schema` from the values its version has (others are dropped); a required field not given is
     zero-valued (0, (), None) as Kafka's generated messages default them."""
     kwargs: dict[str, Any] = {}
-    for item in dataclasses.fields(schema):
-        kafka_type = item.metadata.get("kafka_type", "")
-        if item.name in values:
-            kwargs[item.name] = _convert(kafka_type, values[item.name])
-        elif item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING:
-            kwargs[item.name] = _zero(kafka_type, item.type)
+    for name, kafka_type, required, annotation in _fields(schema):
+        if name in values:
+            kwargs[name] = _convert(kafka_type, values[name])
+        elif required:
+            kwargs[name] = _zero(kafka_type, annotation)
     return schema(**kwargs)
+
+
+_Field = tuple[str, str, bool, Any]
+_FIELDS: dict[type[Any], tuple[_Field, ...]] = {}
+
+
+def _fields(schema: type[Any]) -> tuple[_Field, ...]:
+    """Each field of `schema`: its name, Kafka type, whether it has no default, and its annotation (read once per
+    schema: `dataclasses.fields` and the metadata look-ups were a third of building an answer's entities)."""
+    fields = _FIELDS.get(schema)
+    if fields is None:
+        fields = _FIELDS[schema] = tuple(
+            (
+                item.name,
+                item.metadata.get("kafka_type", ""),
+                item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING,
+                item.type,
+            )
+            for item in dataclasses.fields(schema)
+        )
+    return fields
 
 
 def _zero(kafka_type: str, annotation: Any) -> Any:

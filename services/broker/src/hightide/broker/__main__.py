@@ -17,6 +17,7 @@ from hightide.core.partition import PartitionConfig
 from hightide.core.topic_configs import int_default
 from hightide.runtime.config import ConfigError, get_bool, get_int
 from hightide.runtime.events import EventSink
+from hightide.runtime.memory import keep_large_buffers
 from hightide.runtime.metrics import BrokerMetrics
 from hightide.runtime.names import LOG_CONFIG_NAMES
 from hightide.runtime.service import common_parser, parse_common, run_service
@@ -105,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     metrics = BrokerMetrics()
+    keep_large_buffers()  # record batches of up to a megabyte, copied several times per hop: reuse their pages
 
     def build(nc: Client, log: Any, events: EventSink) -> BrokerService:
         return BrokerService(settings, nc, events, log, metrics)

@@ -118,21 +118,9 @@ models are built with `model_construct` (the core's own values): validating them
 read before. A FetchServed that repeats the last one exactly is no longer elided separately: in a session a
 caught-up partition is not answered, so it is not announced; a consumer's repeated empty answers stay events.
 
-`hightide bench --workload kafka`, the first build of sessions (19f770c, Kafka's answer rules exactly) with sessions
-off (slots 0) and on, alternating, load 13-16 (1-minute; the other helpers' test runs): the confluent-kafka p50
-improves in both pairs, the rest swings as much as it moves.
-
-| figure                                 | sessions off (two runs) | sessions on (two runs) |
-| -------------------------------------- | ----------------------- | ---------------------- |
-| own client 100 B, records/s            | 54,892 / 68,724         | 77,891 / 58,852        |
-| confluent-kafka 100 B, records/s       | 126,024 / 80,517        | 121,599 / 108,562      |
-| own client 16 KiB, MB/s                | 49.5 / 46.6             | 62.5 / 60.8            |
-| confluent-kafka 16 KiB, MB/s           | 37.0 / 44.5             | 55.7 / 40.2            |
-| own client p99 at 10,000/s, ms         | 129 / 159               | 68 / 259               |
-| confluent-kafka p50 at 10,000/s, ms    | 63.6 / 56.1             | 38.3 / 41.6            |
-| confluent-kafka p99 at 10,000/s, ms    | 218 / 225               | 184 / 116              |
-
-At this load neither goal can be judged (every hop waits for a core); the quiet-machine figures are the lead's.
+`hightide bench --workload kafka`, sessions off and on alternating (19f770c, load 13-16): the confluent-kafka p50
+improved in both pairs (63.6 / 56.1 ms -> 38.3 / 41.6), the rest swung as much as it moved. At this load neither
+goal can be judged (every hop waits for a core); the quiet-machine figures are the lead's.
 
 Fourth pass (issue 15's latency: the leader reads only what changed; `ReplicaManager._read_fetch`). Measured with
 each broker's driver inputs timed in CPU time (thread time from taking an input to asking for the next), hop
@@ -182,20 +170,31 @@ consumers would change nothing for this client; they were not added. Left in the
 from its sparse index (about a dozen 100-B batch headers parsed per read: `Segment.translate_offset`, libs/storage)
 and kio's encoding of each answer (60-90 us).
 
-`hightide bench --workload kafka`, base (f117689) and this build alternating, load 6.9-11.6 (1-minute):
+`hightide bench --workload kafka`, base (f117689) and the fourth pass alternating, load 6.9-11.6: every figure
+swung 1.5-2x from run to run (confluent-kafka p99 413 / 173 ms against 231 / 275); neither goal was met there.
 
-| figure                                 | base (two runs)     | this (two runs)     |
-| -------------------------------------- | ------------------- | ------------------- |
-| own client 100 B, records/s            | 129,412 / 223,934   | 132,984 / 119,724   |
-| confluent-kafka 100 B, records/s       | 152,148 / 192,446   | 159,388 / 128,791   |
-| own client 16 KiB, MB/s                | 66.2 / 92.5         | 60.3 / 48.8         |
-| confluent-kafka 16 KiB, MB/s           | 42.1 / 62.6         | 50.1 / 51.5         |
-| own client p99 at 10,000/s, ms         | 126 / 36.5          | 209 / 176           |
-| confluent-kafka p50 at 10,000/s, ms    | 35.9 / 28.6         | 31.9 / 30.5         |
-| confluent-kafka p99 at 10,000/s, ms    | 413 / 173           | 231 / 275           |
-
-At this load the runs swing 1.5-2x and say nothing either way; the CPU figures above are the measurement. Neither
-goal is met here.
+Fifth pass (issue 15's leads: copies and page faults at 16 KiB, per-hop Python at 100 B). Measured with a harness
+(not committed) that starts the benchmark's cluster, runs confluent-kafka's 16 KiB throughput (10,000 records) and
+its 10,000/s latency run, and reads each process's /proc CPU and minor page faults, plus `time.thread_time` around
+the broker's functions. At 16 KiB a broker's CPU went to no single place: its Kafka-listener frame read and parse,
+validation, the append (`writev` 0.35 ms/MB), log reads, NATS sends and receives, each 0.1-0.9 ms/MB at load 7-14, and
+40-90 thousand page faults per broker per run (160 MB produced): glibc served every ~1 MB copy (frame, records, log
+read, msgpack body) from a fresh mmap, zeroed and faulted in, then unmapped it (`hightide.runtime.memory`: the broker
+now keeps freed buffers, about 3 thousand faults). With the brokers, nats-server and the client all on 2 cores, the
+cluster spent 15-20 ms of CPU per MB produced: at 70 MB/s that is most of the machine, so on a quiet machine the
+16 KiB figure is bound by CPU as much as by librdkafka's one request per partition in flight. The 100-B latency run
+at load 12: per broker 79 Produce requests in 5 s (about 210 records each: one per partition in flight, so the
+records of a round trip go together), each 0.5-0.6 ms of CPU at the leader, most of it the record-by-record check
+(`validate_produce`, about 2.3 us per record); a broker used about 1 s of CPU in the 5 s, so the round trip's 50-70
+ms at that load is waiting for a core. Also changed: a segment reads its latest appended batches from what it
+appended (a tail read of 200-B batches 28.1 -> 2.6 us of CPU, no header scan), kio's schema look-ups and each
+entity's field plan are cached (a 100-B Produce parsed, translated, answered and encoded 100-131 -> 64-86 us, a
+6-partition Fetch 251-385 -> 202-238 us), parked fetches are indexed by partition. Base (f71ef2d) and this build
+alternating, the harness, load 12-16, the three brokers' CPU: 16 KiB 2.67 / 2.76 / 2.56 s -> 2.23 / 2.02 / 1.96 s
+(faults per broker 42-90 thousand -> 2.7-3.7 thousand), the latency run 2.65 / 2.27 / 2.30 s -> 2.06 / 2.38 / 2.37 s
+(no difference at that load). `hightide bench --workload kafka`, three base / this pairs at load 10-17 swung 2x
+either way (confluent-kafka 16 KiB 22.5 / 19.2 / 41.0 against 20.5 / 42.8 / 34.2 MB/s, p99 128 / 630 / 650 against
+357 / 177 / 274 ms); neither goal is met at this load, and the quiet-machine figures are the lead's to take.
 """
 
 from __future__ import annotations

@@ -1,0 +1,55 @@
+"""keep_large_buffers: freed megabyte buffers are reused, not unmapped and faulted in again (issue 15)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hightide.runtime import memory
+
+# 100 rounds of three 1 MiB copies held at once, then freed, as a broker's hop copies a batch (read, decode,
+# encode); the page faults the copies took. By default the three freed chunks at the heap's top exceed the trim
+# threshold (twice the 1 MiB mmap threshold a freed chunk raised it to), the heap is trimmed, and the next round
+# faults its pages in again.
+_CHURN = """
+import os, resource, sys
+from hightide.runtime.memory import keep_large_buffers
+kept = keep_large_buffers() if sys.argv[1] == "keep" else False
+source = os.urandom(1024 * 1024)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for step in range(100):
+    copies = [bytearray(source) for _ in range(3)]
+    copies[0][step] = 0
+    del copies
+print(kept, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _churn(mode: str, env: dict[str, str]) -> tuple[bool, int]:
+    done = subprocess.run([sys.executable, "-c", _CHURN, mode], capture_output=True, text=True, env=env, check=True)
+    kept, faults = done.stdout.split()
+    return kept == "True", int(faults)
+
+
+def _plain_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_freed_megabyte_buffers_are_reused_without_page_faults() -> None:
+    kept, faults_kept = _churn("keep", _plain_env())
+    if not kept:
+        pytest.skip("not glibc")
+    _, faults_plain = _churn("plain", _plain_env())
+    assert faults_plain > 100 * 3 * 256 // 2  # the default: most copies fault in fresh pages
+    assert faults_kept < 2_000  # kept: the first copy's pages serve every later one
+
+
+def test_a_threshold_chosen_in_the_environment_is_left_alone() -> None:
+    env = _plain_env() | {"MALLOC_TRIM_THRESHOLD_": str(1024 * 1024)}
+    kept, _ = _churn("keep", env)
+    assert not kept
+    assert memory.TRIM_THRESHOLD_BYTES > memory.MMAP_THRESHOLD_BYTES  # the trim keeps at least one mmap-sized chunk
