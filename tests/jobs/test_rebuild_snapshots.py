@@ -24,9 +24,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from hightide.audit.auditor import audit
+from hightide.audit.findings import event_id
 from hightide.audit.rebuild import ClusterState, rebuild
-from hightide.history.generate import generate_lake
-from hightide.history.rebuild_cli import add_parser, main, parse_instant, short_job
+from hightide.history.generate import T0_MS, generate_lake
+from hightide.history.rebuild_cli import add_parser, controller_lists, main, parse_instant, short_job
 from hightide.history.snapshot import (
     REPLICAS_SCHEMA,
     SNAPSHOT_FORMAT,
@@ -39,8 +40,11 @@ from hightide.history.snapshot import (
 )
 from hightide.lake.layout import HOUR_MS, PartFile, part_name, scan_lake
 from hightide.lake.reader import read_envelopes
-from hightide.protocol.envelope import Envelope
+from hightide.protocol import events as ev
+from hightide.protocol.envelope import Emitter, Envelope
+from hightide.protocol.events import Event
 from simulation.simulator import Simulation
+from support import metadata_histories as mh
 from support.lake_history import write_lake
 
 STRETCH = 3_000  # a simulated second becomes 50 minutes
@@ -119,6 +123,162 @@ def test_a_rebuild_from_a_snapshot_is_a_rebuild_from_scratch(
     assert partitions == {
         key: (p.isr, p.leader, p.leader_epoch, p.partition_epoch) for key, p in expected.partitions.items()
     }
+
+
+def _compared(spark: SparkSession, lake: Path, at_ms: int) -> tuple[dict[str, Any], bool, int | None]:
+    """What `rebuild --at` shows at `at_ms` (state, offline replicas, abandoned intents), whether the controller side
+    was the snapshot's continuation, and the snapshot's hour."""
+    rebuilt = rebuild_at(spark, lake, at_ms)
+    offline, abandoned = controller_lists(rebuilt, None)
+    shown = {
+        "replicas": _rows(rebuilt.replicas.collect()),
+        "partitions": {
+            (p.topic, p.partition): (
+                tuple(p.replicas),
+                tuple(p.isr),
+                tuple(p.elr),
+                tuple(p.last_known_elr),
+                p.leader,
+                p.leader_epoch,
+                p.partition_epoch,
+            )
+            for p in rebuilt.partitions.collect()
+        },
+        "offline": {key: tuple(replicas) for key, replicas in offline.items()},
+        "abandoned": [
+            (a["event_id"], a["event_type"], a["controller_epoch"], a["metadata_offset"], a["committed_below"])
+            for a in abandoned
+        ],
+    }
+    rebuilt.release()
+    return shown, rebuilt.continuation, rebuilt.snapshot_hour
+
+
+def _replayed(history: Sequence[Envelope], at_ms: int) -> dict[str, Any]:
+    """The same, from `hightide.audit.rebuild.rebuild` of every event up to `at_ms`."""
+    state = rebuild([e for e in history if e.wall_ms <= at_ms])
+    return {
+        "replicas": _replicas(state),
+        "partitions": {
+            key: (p.replicas, p.isr, p.elr, p.last_known_elr, p.leader, p.leader_epoch, p.partition_epoch)
+            for key, p in state.partitions.items()
+        },
+        "offline": dict(state.offline_replicas),
+        "abandoned": [
+            (
+                event_id(a.emitter.service, a.emitter.emitter_id, a.emitter.incarnation, a.sequence),
+                a.event_type,
+                a.controller_epoch,
+                a.metadata_offset,
+                a.committed_below,
+            )
+            for a in state.abandoned
+        ],
+    }
+
+
+def _around_boundaries(lake: Path) -> list[int]:
+    """Instants just before, at and half an hour after each snapshot boundary."""
+    return [
+        at
+        for hour in list(lake_files(lake))[1:]
+        for at in (hour * HOUR_MS - 1, hour * HOUR_MS, hour * HOUR_MS + HOUR_MS // 2)
+    ]
+
+
+@pytest.mark.parametrize("seed", [102, 107])
+def test_a_rebuild_from_a_snapshot_is_the_full_replay_around_every_boundary(
+    spark: SparkSession, tmp_path: Path, seed: int
+) -> None:
+    """Given a faulty run (failovers, offline replicas) over several hours and its snapshots, the state, the offline
+    replicas and the abandoned intents at instants before, at and after each boundary are the full replay's, and
+    the controller side came from the snapshot's continuation (nothing after a boundary undid it)."""
+    history = _stretched_faulty_run(seed)
+    lake = write_lake(history, tmp_path / "lake")
+    write_snapshots(spark, lake)
+    for at_ms in _around_boundaries(lake):
+        shown, continuation, hour = _compared(spark, lake, at_ms)
+        assert shown == _replayed(history, at_ms), f"at {at_ms}"
+        assert hour is not None and continuation, f"at {at_ms}: the continuation was not used"
+
+
+def _hours(emitter: Emitter, *happened: tuple[int, int, Event]) -> list[Envelope]:
+    """One incarnation's events, each at (hour, minute) of the story (hour 0 is an hour boundary)."""
+    start = T0_MS
+    return [
+        Envelope("test", emitter, i, start + hour * HOUR_MS + minute * 60_000, i, event)
+        for i, (hour, minute, event) in enumerate(happened)
+    ]
+
+
+def _controller_story() -> list[Envelope]:
+    """A controller's story over six hours, each of whose pieces a snapshot's continuation must keep: a replica
+    marked offline in a topic's first life (the topic's next life clears it), the topic deleted and created again,
+    replica 2 marked offline and its broker registered again (cleared), replica 3 marked offline (it stays), an
+    intent of controller epoch 1 at offset 9 in hour 2 that epoch 2's takeover at offset 9 abandons in hour 3, and in
+    hour 5 an unstamped (version 1) registration of the deposed controller, which metadata order puts in epoch 1's
+    term, before epoch 2's decisions."""
+    a, b = mh.CONTROLLER, Emitter("controller", 101, "d")
+
+    def marked(offset: int, replica: int, epoch: int = 1) -> Event:
+        return ev.ReplicaMarkedOffline(
+            topic=mh.T, partition=0, replica=replica, broker_epoch=1, controller_epoch=epoch, metadata_offset=offset
+        )
+
+    def registered(broker_id: int, epoch: int, offset: int) -> Event:
+        return ev.BrokerRegistered(
+            broker=broker_id,
+            broker_epoch=2,
+            previous_broker_epoch=-1,
+            fenced=False,
+            controller_epoch=epoch,
+            metadata_offset=offset,
+        )
+
+    return [
+        *_hours(
+            a,
+            (0, 0, mh.elected(1, 0)),
+            (0, 5, mh.created(1)),
+            (0, 10, mh.changed(1, 1, 0, 0, reason="created")),
+            (0, 20, marked(2, 3)),
+            (1, 0, mh.stamp(ev.TopicDeleted(topic=mh.T, topic_id="id-1"), 1, 3)),
+            (1, 5, mh.created(4, topic_id="id-2")),
+            (1, 10, mh.changed(4, 1, 0, 0, reason="created")),
+            (1, 20, marked(5, 2)),
+            (1, 30, registered(2, 1, 6)),
+            (1, 40, marked(7, 3)),
+            (2, 10, mh.changed(8, 2, 1, 1, isr=(2, 3))),
+            (2, 50, mh.changed(9, 3, 2, 2, isr=(3,))),  # abandoned: epoch 2 takes over at offset 9
+            (5, 10, registered(3, -1, -1)),  # the deposed controller, unstamped
+        ),
+        *_hours(
+            b,
+            (3, 10, mh.elected(2, 9)),
+            (3, 20, mh.changed(9, 2, 2, 2, isr=(2, 3), controller_epoch=2)),
+            (4, 10, mh.changed(10, 2, 3, 3, controller_epoch=2)),
+            (5, 30, mh.changed(11, 2, 4, 4, controller_epoch=2)),
+        ),
+    ]
+
+
+def test_a_snapshots_continuation_is_the_full_replay_or_is_not_used(spark: SparkSession, tmp_path: Path) -> None:
+    """Given the controller story and a snapshot at each hour, every instant around each boundary shows the full
+    replay's state and lists, and the continuation is used exactly where nothing after the boundary undoes it: not
+    once epoch 2's takeover (hour 3) abandons the intent the snapshot at hour 3 holds as committed, nor once the
+    deposed controller's late registration (hour 5) sorts before the snapshot's last decisions."""
+    history = _controller_story()
+    lake = write_lake(history, tmp_path / "lake")
+    write_snapshots(spark, lake)
+    hours = list(lake_files(lake))
+    assert len(hours) == 6
+    undone = {(hours[3], 10), (hours[5], 10)}  # (snapshot hour, minute): from that minute on, not continued
+    for at_ms in _around_boundaries(lake):
+        shown, continuation, hour = _compared(spark, lake, at_ms)
+        assert shown == _replayed(history, at_ms), f"at {at_ms} (hour {hour})"
+        assert hour is not None
+        expected = not any(hour == h and at_ms >= h * HOUR_MS + minute * 60_000 for h, minute in undone)
+        assert continuation == expected, f"at {at_ms} (hour {hour})"
 
 
 def _lake_with_a_manifest(tmp_path: Path) -> tuple[Path, dict[int, list[PartFile]], int, int]:

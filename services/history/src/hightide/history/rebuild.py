@@ -537,7 +537,8 @@ def _metadata_order(events: DataFrame, scope: Scope) -> DataFrame:
     order = Window.partitionBy(*scope).orderBy(
         "term_epoch", "term_wall_ms", "service", "emitter_id", "term_incarnation", "position"
     )
-    return ordered.withColumn("metadata_order", F.row_number().over(order)).drop("abandoned", "term")
+    # `term` (the emitter's count of ControllerElected so far) stays: a snapshot keeps each term's first event.
+    return ordered.withColumn("metadata_order", F.row_number().over(order)).drop("abandoned")
 
 
 def partition_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame, DataFrame]:
@@ -575,10 +576,16 @@ def partition_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame,
 def final_states(rebuilt: Rebuilt, scope: Scope = ()) -> tuple[DataFrame, DataFrame]:
     """(each live replica's state after all the events, each live partition's): the last timeline rows."""
     replicas = final_replicas(rebuilt.replicas, rebuilt.epochs, scope)
+    return replicas, final_partitions(rebuilt.partitions, rebuilt.topics, scope)
+
+
+def final_partitions(partitions: DataFrame, topics: DataFrame, scope: Scope = ()) -> DataFrame:
+    """Each live partition's state after all the events, from `partition_timeline`'s frames: the last change it
+    took in its topic's last life (with its `event_id`)."""
     last_change = Window.partitionBy(*scope, *PARTITION_KEY).orderBy(F.col("metadata_order").desc())
-    live = rebuilt.topics.where(~F.col("deleted")).select(*scope, "topic", F.col("life").alias("_life"))
-    partitions = (
-        rebuilt.partitions.join(F.broadcast(live), [*scope, "topic"])
+    live = topics.where(~F.col("deleted")).select(*scope, "topic", F.col("life").alias("_life"))
+    return (
+        partitions.join(F.broadcast(live), [*scope, "topic"])
         .where(F.col("life") == F.col("_life"))
         .withColumn("_n", F.row_number().over(last_change))
         .where(F.col("_n") == 1)
@@ -596,7 +603,6 @@ def final_states(rebuilt: Rebuilt, scope: Scope = ()) -> tuple[DataFrame, DataFr
             "event_id",
         )
     )
-    return replicas, partitions
 
 
 def final_replicas(replicas: DataFrame, epochs: DataFrame, scope: Scope = ()) -> DataFrame:
@@ -737,6 +743,19 @@ def abandoned_intents(events: DataFrame, scope: Scope = ()) -> DataFrame:
     """`hightide.audit.rebuild.abandoned_intents`: every stamped decision at or past the offset from which its
     controller epoch wrote nothing (the least takeover offset of a later epoch, or the offset its own fenced append
     was refused at). Columns: `scope`, ABANDONED_SCHEMA's, `event_id` and the REPLICA_ORDER columns (history order)."""
+    decided = stamped_decisions(events, scope)
+    return decided.where(F.col("metadata_offset") >= F.col("committed_below")).select(
+        *scope,
+        *[F.col(f.name if f.name != "event_type" else "type").cast(f.dataType).alias(f.name) for f in ABANDONED_SCHEMA],
+        "event_id",
+        "position",
+    )
+
+
+def stamped_decisions(events: DataFrame, scope: Scope = ()) -> DataFrame:
+    """Every stamped decision (controller epoch and metadata offset both set) with `committed_below`: the offset from
+    which its controller epoch wrote nothing, or null while the history knows none (`abandoned_intents` keeps those
+    at or past it)."""
     controller = controller_events(events, scope)
     kind = F.col("type")
     takeovers = (
@@ -776,16 +795,6 @@ def abandoned_intents(events: DataFrame, scope: Scope = ()) -> DataFrame:
         decisions.join(F.broadcast(bounds), [*scope, "event_id"], "left")
         .join(F.broadcast(fenced.withColumnsRenamed({c: f"_f_{c}" for c in scope})), fenced_own, "left")
         .withColumn("committed_below", F.least("next_takeover", "f_offset"))
-        .where(F.col("metadata_offset") >= F.col("committed_below"))
-        .select(
-            *scope,
-            *[
-                F.col(f.name if f.name != "event_type" else "type").cast(f.dataType).alias(f.name)
-                for f in ABANDONED_SCHEMA
-            ],
-            "event_id",
-            "position",
-        )
     )
 
 

@@ -30,7 +30,7 @@ from hightide.history.audit_cli import master_url
 from hightide.lake.layout import HOUR_MS, LakeError
 
 if TYPE_CHECKING:  # Spark loads only when a command runs: every `hightide` call builds this parser
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
     from hightide.history.snapshot import RebuiltAt
 
@@ -181,7 +181,7 @@ def _collected(rebuilt: RebuiltAt, at_ms: int, topic: str | None) -> dict[str, A
         )
     for partition in held.values():
         partition["replica_states"].sort(key=lambda replica: replica["replica"])
-    offline, abandoned = controller_lists(rebuilt.events, topic)
+    offline, abandoned = controller_lists(rebuilt, topic)
     rebuilt.release()
     for key, marked in offline.items():
         partition = held.setdefault(key, {"topic": key[0], "partition": key[1], "replica_states": []})
@@ -199,21 +199,21 @@ def _collected(rebuilt: RebuiltAt, at_ms: int, topic: str | None) -> dict[str, A
 
 
 def controller_lists(
-    events: DataFrame, topic: str | None
+    rebuilt: RebuiltAt, topic: str | None
 ) -> tuple[dict[tuple[str, int], list[int]], list[dict[str, Any]]]:
     """(each partition's replicas marked offline at the instant, the controller decisions abandoned by then), as
     `hightide.audit.rebuild` lists them, from the ordered events the folds read (`RebuiltAt.events`): their
     controller side is the one the partition fold already gathered and ordered (`rebuild.controller_side`,
-    `rebuild.metadata_order`), so the lists add no read and no second ordering of it."""
+    `rebuild.metadata_order`), so the lists add no read and no second ordering of it; the abandoned intents are the
+    ones `rebuild_at` listed already (it checks a snapshot's continuation against them)."""
     from pyspark.sql import functions as F  # noqa: PLC0415 (Spark only when a command runs)
 
-    from hightide.history.rebuild import abandoned_intents, offline_replicas  # noqa: PLC0415
+    from hightide.history.rebuild import offline_replicas  # noqa: PLC0415
 
-    offline = offline_replicas(events)
+    offline = offline_replicas(rebuilt.events)
     if topic is not None:
         offline = offline.where(F.col("topic") == topic)
     listed = {(row.topic, row.partition): list(row.replicas) for row in offline.collect()}
-    found = sorted(abandoned_intents(events).collect(), key=lambda row: (row.service, row.emitter_id, row.position))
     abandoned = [
         {
             "event_id": row.event_id,
@@ -222,7 +222,7 @@ def controller_lists(
             "metadata_offset": row.metadata_offset,
             "committed_below": row.committed_below,
         }
-        for row in found
+        for row in rebuilt.abandoned
     ]
     return listed, abandoned
 
