@@ -94,6 +94,17 @@ End of the seventh session (every branch merged; quiet, load 0-3, each size alon
 apart, then the same query warm): 1M rebuild 17.0 s (29.4k events/s per core), audit 54.2 s (9.2k), snapshots
 22.3 s, `--at` 9.7 / 5.0 s; 4M 23.5 s (85.2k), 151.4 s (13.2k), 89.6 s, 10.5 / 6.3 s; 10M 63.2 s (79.2k), 443.8 s
 (11.3k), 257.1 s, 13.6 / 9.0 s. `--at` meets its goal at 1M only.
+Audit, eighth session (helper auditlin): `leader_completeness` no longer meets every election with every earlier
+commit island and every entry of its log (elections x epochs per partition); `commits._complete_elections`
+vouches for an election in work linear in the history (running sums over each replica's entry stack, one sort per
+partition of the committed epochs) and only the others are compared whole (clean runs: none; the mutants' runs:
+those that miss something, and a few more). Measured with `run_audit` restricted to the five commit checks, in a
+fresh JVM (executor CPU from Spark's status store, JVM CPU the driver's /proc CPU; load 10-18 from other helpers, so
+walls are not quoted): 1M base -> new executor CPU 49.8 -> 48.1 s, JVM CPU 136.4 -> 134.6 s, 165 -> 209 stages;
+4M (base and new side by side) 178.7 -> 138.2 s, 330.0 -> 273.7 s, 170 -> 221 stages; same findings (count and
+digest) at both sizes. The group's executor CPU from 1M to 4M grew x3.6 before, x2.9 now. 10M not measured (no
+time); the per-event cost of the whole audit (reading and caching the lake: ~15-23 s executor CPU at 1M under that
+load; each metadata check alone 15-20 s including it) is still ~20x off the goal.
 """
 
 from __future__ import annotations
