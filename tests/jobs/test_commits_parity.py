@@ -88,6 +88,27 @@ def test_a_clean_simulated_run_agrees_and_gives_no_violation(spark: SparkSession
     assert {f.cause for f in found} == {"acks1_leader_change"}
 
 
+def test_leader_completeness_reads_whole_logs_only_of_elections_it_cannot_vouch_for(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The check's cost stays linear only if `_complete_elections` vouches for the elections that miss nothing (the
+    others each read their whole log): on the legacy history it vouches for the election that misses nothing and not
+    for the one that misses the committed record; on a clean run it vouches for every election."""
+    legacy = hand.old_leader() + hand.stale_follower(legacy=True) + hand.client_told(0, 1)
+    for name, history, finding_expected in (("legacy", legacy, True), ("clean", unchecked_history(1), False)):
+        write_lake(history, tmp_path / name)
+        frame = read_lake(spark, tmp_path / name).cache()
+        folded = jobs._folded(frame, MIN_ISR)
+        elections = {row.event_id for row in folded.election_queries.select("event_id").collect()}
+        vouched = {row.event_id for row in jobs._complete_elections(folded).collect()}
+        found = spec.leader_completeness(History.of(history), MIN_ISR)
+        missing = {event for finding in found for event in finding.events} & elections
+        jobs.forget(frame)
+        frame.unpersist()
+        assert bool(missing) == finding_expected
+        assert vouched == elections - missing, (name, sorted(elections - missing - vouched))
+
+
 @pytest.mark.parametrize(
     ("mutant", "seed", "caught"),
     [

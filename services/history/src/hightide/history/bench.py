@@ -101,6 +101,17 @@ and new back to back at load 15-19 (walls 3-6x high, not quoted), same answers (
 24.3 / 10.4 s CPU, 4M 24.3 / 12.6 -> 24.6 / 11.7, 10M 32.1 / 17.0 -> 22.7 / 10.7. The cost is now flat in the
 history (10M as 1M); what is left is the cold driver's ~20 jobs, about 10 s quiet at 1M before this change, so the
 10 s goal at every size still needs fewer jobs (not measured quiet: the machine never was).
+Audit, eighth session (helper auditlin): `leader_completeness` no longer meets every election with every earlier
+commit island and every entry of its log (elections x epochs per partition); `commits._complete_elections`
+vouches for an election in work linear in the history (running sums over each replica's entry stack, one sort per
+partition of the committed epochs) and only the others are compared whole (clean runs: none; the mutants' runs:
+those that miss something, and a few more). Measured with `run_audit` restricted to the five commit checks, in a
+fresh JVM (executor CPU from Spark's status store, JVM CPU the driver's /proc CPU; load 10-18 from other helpers, so
+walls are not quoted): 1M base -> new executor CPU 49.8 -> 48.1 s, JVM CPU 136.4 -> 134.6 s, 165 -> 209 stages;
+4M (base and new side by side) 178.7 -> 138.2 s, 330.0 -> 273.7 s, 170 -> 221 stages; same findings (count and
+digest) at both sizes. The group's executor CPU from 1M to 4M grew x3.6 before, x2.9 now. 10M not measured (no
+time); the per-event cost of the whole audit (reading and caching the lake: ~15-23 s executor CPU at 1M under that
+load; each metadata check alone 15-20 s including it) is still ~20x off the goal.
 """
 
 from __future__ import annotations

@@ -137,15 +137,16 @@ _NEAR_TOP: Final = 8
 
 
 def entry_depths(lives: DataFrame) -> DataFrame:
-    """The entries' additions and cuts as rows (KEY, pos, phase, s, x, delta) with `depth`, the number of live
-    entries after the row. The live entries are always a stack ordered by start (an addition first cuts every entry
-    at or above its start; a cut removes a top part), so the entry at depth d at any moment is the last one added at
-    depth d before it: that is how a query finds a replica's entries without a range join."""
+    """The entries' additions and cuts as rows (KEY, pos, phase, s, x, delta, killed) with `depth`, the number of
+    live entries after the row (`killed`: an addition's entry's cut position, as in `entry_lives`). The live entries
+    are always a stack ordered by start (an addition first cuts every entry at or above its start; a cut removes a
+    top part), so the entry at depth d at any moment is the last one added at depth d before it: that is how a query
+    finds a replica's entries without a range join."""
     adds = lives.select(*KEY, F.col("position").alias("pos"), F.lit(_ADD).alias("phase"), "s", "x",
-                        F.lit(1).alias("delta"))  # fmt: skip
+                        F.lit(1).alias("delta"), "killed")  # fmt: skip
     kills = lives.where(F.col("killed").isNotNull()).select(
         *KEY, F.col("killed").alias("pos"), F.lit(_KILL).alias("phase"), F.lit(None).cast("bigint").alias("s"),
-        F.lit(None).cast("bigint").alias("x"), F.lit(-1).alias("delta"),
+        F.lit(None).cast("bigint").alias("x"), F.lit(-1).alias("delta"), F.lit(None).cast("bigint").alias("killed"),
     )  # fmt: skip
     upto = Window.partitionBy(*KEY).orderBy("pos", "phase", "s").rowsBetween(Window.unboundedPreceding, 0)
     return adds.unionByName(kills).withColumn("depth", F.sum("delta").over(upto))
@@ -254,7 +255,11 @@ class Folded:
                                               c("lo").alias("truncated_to"), "reason")  # fmt: skip
         became = stream.where(c("kind") == "leader")
         self.elections = became.select(*KEY, "event_id", "epoch", c("lso_t").alias("log_start"))
-        election_queries = became.select(*KEY, "event_id", c("position").alias("t"), F.col("lso_t").alias("lo"), "hi")
+        # Not in the shared pass below: an election reads its whole log, so only the elections that
+        # `_complete_elections` cannot vouch for are run (`leader_completeness`).
+        self.election_queries = became.select(*KEY, "event_id", c("position").alias("t"), c("lso_t").alias("lo"),
+                                              "hi", "epoch")  # fmt: skip
+        self.entries = entries
         acks = stream.where(c("kind") == "ack")
         self.acks = acks.select(*KEY, "event_id", "epoch", "acks", c("lo").alias("base"), (c("hi") - 1).alias("last"),
                                 c("value").alias("high_watermark"))  # fmt: skip
@@ -265,12 +270,11 @@ class Folded:
         self.final_log_start = ends.select(*KEY, c("lso_t").alias("final_lso"))
         final_queries = ends.select(*KEY, F.lit("").alias("event_id"), (c("position") + 1).alias("t"),
                                     F.col("lso_t").alias("lo"), F.col("leo_t").alias("hi"))  # fmt: skip
-        # Every query set's runs in one `runs_of` pass (its windows and joins run once, not five times), told apart
-        # by `_q`; each query is one `_qid`. Checkpointed: every frame below is a filter of it.
+        # Every query set's runs (but the elections') in one `runs_of` pass (its windows and joins run once, not four
+        # times), told apart by `_q`; each query is one `_qid`. Checkpointed: every frame below is a filter of it.
         sets = {
             "hw": (hw_queries, _AFTER),
             "truncation": (truncation_queries, _BEFORE),
-            "election": (election_queries, _AFTER),
             "ack": (ack_queries, _AFTER),
             "final": (final_queries, _AFTER),
         }
@@ -295,7 +299,6 @@ class Folded:
         self.follower_runs = hw_runs.where(~c("leader_t")).select(*KEY, "event_id", "epoch", c("hi").alias("hw"),
                                                                   "run_start", "run_end", "x")  # fmt: skip
         self.truncation_runs = runs_for("truncation")
-        self.election_runs = runs_for("election")
         # Issue 13, deleted topics: the acknowledgements a TopicDeleted of their topic follows (wall_ms at or after).
         # The envelope's topic column names the acknowledgement's topic: no payload is parsed, and the deletions
         # (few) go to every task.
@@ -536,18 +539,23 @@ def _missing(wanted: DataFrame, held: DataFrame, keys: Sequence[str]) -> DataFra
 def leader_completeness(lake: DataFrame, min_insync_replicas: int = KAFKA_MIN_INSYNC_REPLICAS) -> DataFrame:
     """C3 LeaderCompletenessProperty: see `hightide.audit.checks.commits.leader_completeness`.
 
-    What an election misses is found against the commits' islands (each the union of one leader's contiguous commits
-    of one epoch's records); only the elections that miss something are joined with the commits themselves, to name
-    the ones involved."""
+    Most elections are vouched for as a whole first (`_complete_elections`, work linear in the history); only the
+    others read their whole log and have what they miss found against the commits' islands (each the union of one
+    leader's contiguous commits of one epoch's records), which costs their log's depth times the partition's epochs
+    each; only the elections that miss something are joined with the commits themselves, to name the ones
+    involved."""
     folded = _folded(lake, min_insync_replicas)
     c = F.col
-    elections = folded.elections.join(folded.cleaned, [*TP], "left")
+    pending = folded.election_queries.join(_complete_elections(folded), ["event_id"], "left_anti").localCheckpoint()
+    elections = pending.select(*KEY, "event_id", "epoch", c("lo").alias("log_start")).join(folded.cleaned, [*TP],
+                                                                                          "left")  # fmt: skip
     wanted = elections.join(
         folded.commit_islands, (c("topic") == c("ct")) & (c("partition") == c("cp")) & (c("commit_epoch") < c("epoch"))
     ).select(*KEY, "event_id", "epoch", F.greatest("c_start", "log_start", F.coalesce("cleaned", F.lit(0))).alias("w0"),
              c("c_end").alias("w1"),
              c("cx").alias("x"))  # fmt: skip
-    held = folded.election_runs.select("event_id", "x", c("run_start").alias("h0"), c("run_end").alias("h1"))
+    runs = runs_of(pending.drop("epoch"), folded.entries, ["event_id"])
+    held = runs.select("event_id", "x", c("run_start").alias("h0"), c("run_end").alias("h1"))
     missing = _missing(wanted, held, ["event_id"]).select(*KEY, "event_id", "epoch", "x", "m0", "m1")
     named = missing.join(
         _commits(folded),
@@ -568,6 +576,98 @@ def leader_completeness(lake: DataFrame, min_insync_replicas: int = KAFKA_MIN_IN
         detail=F.format_string("broker %d became leader in epoch %d without committed offsets %d..%d",
                                c("replica"), c("epoch"), c("lo"), c("hi") - 1),
     )  # fmt: skip
+
+
+def _complete_elections(folded: Folded) -> DataFrame:
+    """The `event_id`s of elections whose log provably holds every record committed before them (no finding of
+    `leader_completeness`), found without reading any log whole. The rest go through the check's own comparison.
+
+    A record epoch x is committed somewhere (`_committed_epochs`: in X, with the hull of its commits above the
+    partition's cleaned point). Below the log's top entry, each entry's run [its start, the next entry's start)
+    is fixed while both entries live, so each run is judged once, when the entry above it is added ("sound": it
+    holds its epoch's whole hull, epochs and starts rising up the log), and undone when that entry is cut; a
+    running sum over the replica's stream then gives, at the election, the number of unsound runs and of runs
+    whose epoch is in X. An election is vouched for when its log is not empty and has no unsound run, reaches
+    its top entry's start, holds below its top entry exactly as many epochs of X as X has below the top's epoch
+    (so every one of them, each sound), no epoch of X above the top's was committed before the election's, and
+    the top run holds every island of its epoch committed before the election (checked directly: one epoch)."""
+    c = F.col
+    entries, committed = folded.entries, _committed_epochs(folded)
+    adds = entries.where(c("phase") == _ADD).select(
+        *KEY, "pos", "phase", c("s").alias("s_up"), c("x").alias("x_up"), "killed", (c("depth") - 1).alias("_d")
+    )
+    below = _entries_at(adds, entries).join(committed, [*TP, "x"], "left")  # (s, x): the run's entry
+    unsound = ~(c("hull_lo").isNull() | ((c("s") <= c("hull_lo")) & (c("hull_hi") <= c("s_up"))))
+    unsound = unsound | (c("x_up") <= c("x")) | (c("s_up") <= c("s"))
+    judged = below.select(*KEY, "pos", "killed", F.coalesce(unsound, F.lit(True)).cast("int").alias("_bad"),
+                          c("hull_lo").isNotNull().cast("int").alias("_in"))  # fmt: skip
+    undone = judged.where(c("killed").isNotNull()).select(*KEY, c("killed").alias("pos"), F.lit(_KILL).alias("phase"),
+                                                          (-c("_bad")).alias("_bad"),
+                                                          (-c("_in")).alias("_in"))  # fmt: skip
+    changes = (
+        judged.select(*KEY, "pos", F.lit(_ADD).alias("phase"), "_bad", "_in")
+        .unionByName(undone)
+        .withColumn("delta", F.lit(0))
+        .unionByName(entries.select(*KEY, "pos", "phase", "delta", F.lit(0).alias("_bad"), F.lit(0).alias("_in")))
+    )
+    asked = folded.election_queries.select(*KEY, "event_id", c("t").alias("pos"), F.lit(_AFTER).alias("phase"),
+                                           "lo", "hi", "epoch")  # fmt: skip
+    upto = Window.partitionBy(*KEY).orderBy("pos", "phase").rowsBetween(Window.unboundedPreceding, 0)
+    counted = (
+        asked.unionByName(changes, allowMissingColumns=True)
+        .select("*", *[F.sum(name).over(upto).alias(f"{name}_t") for name in ("delta", "_bad", "_in")])
+        .where(c("phase") == _AFTER)
+        .select(*asked.columns, c("delta_t").alias("_d"), "_bad_t", "_in_t")
+    )
+    top = _entries_at(counted, entries)  # the top entry (s, x); an empty log's election is dropped here
+    placed = _placed_among(top, committed)
+    sound = (c("_bad_t") == 0) & (c("hi") >= c("s")) & (c("_in_t") == c("_below")) & (c("_above_first") >= c("epoch"))
+    return placed.where(sound).join(_top_misses(placed, folded), ["event_id"], "left_anti").select("event_id")
+
+
+def _committed_epochs(folded: Folded) -> DataFrame:
+    """Per partition and record epoch x with a commit above the partition's cleaned point: the hull of those commits
+    above it (hull_lo, hull_hi) and the lowest epoch that committed one (`first_commit`)."""
+    c = F.col
+    cleaned = F.coalesce("cleaned", F.lit(0))
+    above = folded.commits.join(folded.cleaned, [*TP], "left").where(c("run_end") > cleaned)
+    return above.groupBy(*TP, "x").agg(
+        F.min(F.greatest("run_start", cleaned)).alias("hull_lo"), F.max("run_end").alias("hull_hi"),
+        F.min("commit_epoch").alias("first_commit"),
+    )  # fmt: skip
+
+
+def _placed_among(top: DataFrame, committed: DataFrame) -> DataFrame:
+    """Each election (with its top entry's epoch x) with `_below`, how many committed epochs of its partition are
+    below x, and `_above_first`, the lowest `first_commit` of those above x (BIG: none): one sort per partition."""
+    c = F.col
+    rows = top.withColumn("_kind", F.lit(1)).unionByName(
+        committed.select(*TP, "x", "first_commit", F.lit(2).alias("_kind")), allowMissingColumns=True
+    )
+    up = Window.partitionBy(*TP).orderBy("x", "_kind").rowsBetween(Window.unboundedPreceding, 0)
+    down = Window.partitionBy(*TP).orderBy(c("x").desc(), "_kind").rowsBetween(Window.unboundedPreceding, 0)
+    placed = rows.select(
+        "*", F.count("first_commit").over(up).alias("_below"),
+        F.coalesce(F.min("first_commit").over(down), F.lit(BIG)).alias("_above_first"),
+    )  # fmt: skip
+    return placed.where(c("_kind") == 1).drop("_kind", "first_commit")
+
+
+def _top_misses(placed: DataFrame, folded: Folded) -> DataFrame:
+    """The elections (`event_id`) whose top run [max(s, lo), hi) lacks part of an island of its epoch x committed
+    before the election, above its log start and the partition's cleaned point (as `leader_completeness` reads
+    it)."""
+    c = F.col
+    elections = placed.join(folded.cleaned, [*TP], "left").select(
+        "event_id", *TP, "x", "s", "lo", "hi", "epoch", F.greatest("lo", F.coalesce("cleaned", F.lit(0))).alias("_w")
+    )
+    joined = elections.join(
+        folded.commit_islands,
+        (c("topic") == c("ct")) & (c("partition") == c("cp")) & (c("x") == c("cx")) & (c("commit_epoch") < c("epoch")),
+    )
+    wanted_from = F.greatest("c_start", "_w")
+    lacking = (wanted_from < c("c_end")) & ((wanted_from < F.greatest("s", "lo")) | (c("c_end") > c("hi")))
+    return joined.where(lacking).select("event_id")
 
 
 def _islands(commits: DataFrame) -> DataFrame:
