@@ -44,8 +44,11 @@ def test_freed_megabyte_buffers_are_reused_without_page_faults() -> None:
     if not kept:
         pytest.skip("not glibc")
     _, faults_plain = _churn("plain", _plain_env())
-    assert faults_plain > 100 * 3 * 256 // 2  # the default: most copies fault in fresh pages
-    assert faults_kept < 2_000  # kept: the first copy's pages serve every later one
+    # Kept: the first copy's pages serve every later one (100 rounds of 3 MiB would be 76,800 faults of 4 KiB).
+    assert faults_kept < 2_000
+    # The default faults many times more. How many depends on the kernel (transparent huge pages fault 2 MiB at a
+    # time: a clean clone saw 16,873 where a 4 KiB-page machine sees ~50,000), so only the ratio is asserted.
+    assert faults_kept * 4 < faults_plain
 
 
 def test_a_threshold_chosen_in_the_environment_is_left_alone() -> None:
