@@ -122,8 +122,15 @@ def short_job(args: argparse.Namespace, at_ms: int) -> bool:
 
 # Settings of the SQL session while the state at an instant is computed from a snapshot: the rows are few (the
 # controller side and the events since the snapshot), so adaptive execution has nothing to merge, and its re-planning
-# after each stage (a job per shuffle and per broadcast) doubled the jobs: 39 -> 19 on the 1M lake.
-_FROM_SNAPSHOT_CONF: Final = {"spark.sql.adaptive.enabled": "false"}
+# after each stage (a job per shuffle and per broadcast) doubled the jobs: 39 -> 19 on the 1M lake. Nor does generated
+# code pay for so few rows: a fresh JVM compiled ~270 classes with Janino for the query (12 s of the first query's
+# wall at 1M), where interpreted expressions and operators cost nothing to prepare (driver JVM CPU of the first
+# query 24.7 -> 16.2 s at 1M, the answer the same; measured A/B, see `hightide.history.bench`).
+_FROM_SNAPSHOT_CONF: Final = {
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",  # expressions, projections and orderings interpreted
+}
 
 
 def state_at(spark: SparkSession, lake: Path, at_ms: int, topic: str | None, use_snapshots: bool) -> dict[str, Any]:
