@@ -72,14 +72,14 @@ def audit(lake: Path, out: Path | None, master: str | None) -> int:
     from hightide.history.audit import check_lake, run_audit  # noqa: PLC0415
     from hightide.history.checks.registry import all_checks  # noqa: PLC0415
     from hightide.history.outputs import summary_text, write_outputs  # noqa: PLC0415
-    from hightide.history.spark import session  # noqa: PLC0415
+    from hightide.history.spark import session, small_history  # noqa: PLC0415
 
     events = check_lake(lake)
     if out is not None and out.exists() and not out.is_dir():
         return _fail(f"--out {out} is not a directory", EXIT_USAGE)
     # A process that already has a session (a test, a notebook) keeps it, and it stays up for its owner.
     ours = SparkSession.getActiveSession() is None
-    spark = session(master) if ours else SparkSession.builder.getOrCreate()
+    spark = session(master, short=small_history(events)) if ours else SparkSession.builder.getOrCreate()
     try:
         findings = run_audit(spark, lake)
     finally:

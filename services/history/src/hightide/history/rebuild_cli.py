@@ -129,7 +129,7 @@ def short_job(args: argparse.Namespace, at_ms: int) -> bool:
 _FROM_SNAPSHOT_CONF: Final = {
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",  # expressions, projections and orderings interpreted
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",  # as `spark.INTERPRETED` (not imported: no Spark for --help)
 }
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from hightide.history.audit_cli import master_url
-from hightide.lake import LakeError, scan_lake
+from hightide.lake import LakeError, count_events, scan_lake
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -78,9 +78,10 @@ def _check_paths(lake: Path, out: Path) -> None:
 def _build_page(lake: Path, master: str) -> str:
     from hightide.history import report  # noqa: PLC0415 (Spark and plotly load only when a report is made)
     from hightide.history.audit import run_audit  # noqa: PLC0415
-    from hightide.history.spark import session  # noqa: PLC0415
+    from hightide.history.spark import session, small_history  # noqa: PLC0415
 
-    spark = session(master)  # as the audit, it keeps a session its process already has (and leaves it up)
+    # As the audit, it keeps a session its process already has (and leaves it up).
+    spark = session(master, short=small_history(count_events(lake)))
     try:
         data = report.report_data(spark, lake, run_audit(spark, lake))
     except report.ReportInputError as error:
