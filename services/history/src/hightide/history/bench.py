@@ -115,7 +115,8 @@ load; each metadata check alone 15-20 s including it) is still ~20x off the goal
 Audit, ninth session (helper auditshare; load 15-27 from other helpers throughout, so walls are not quoted; executor
 and driver JVM CPU as above, `/work/prof/auditshare/`): `committed_prefixes_agree` meets overlapping epoch hulls by
 an offset-bucket join (`commits._overlapping_hulls`) instead of joining every pair of a partition's epochs
-(~1,900 epochs per partition at 10M: ~1.8M pairs each). Measured and not done: one parse per event type. On the 1M
+(~1,900 epochs per partition at 10M: ~1.8M pairs each; the gain at 10M is not measured, the machine being at load
+20-27 for the hour: a 10M fold got 3 CPU minutes in 20). Measured and not done: one parse per event type. On the 1M
 lake's cached frame, parsing a type's payloads costs (executor CPU, warm) 1.0 s for the 268k HighWatermarkAdvanced,
 0.9 s for the 268k RecordsAppended, ~0.5 s each for FollowerStateUpdated and ProduceCompleted, so sharing the three
 or four parses of HW advances and two of appends would save at most ~3 s of the audit's ~50 s, about what caching a
