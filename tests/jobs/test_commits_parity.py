@@ -142,3 +142,26 @@ def test_a_mutants_history_agrees_and_is_caught(
 ) -> None:
     found = _both(spark, unchecked_history(seed, mutant), tmp_path / "lake")
     assert _violations(found) == caught
+
+
+def test_overlapping_hulls_are_every_overlapping_pair_once(spark: SparkSession) -> None:
+    """The bucketed join of `committed_prefixes_agree` (it replaced a join of every pair of a partition's epochs)
+    finds exactly the pairs a comparison of every pair finds: nested, chained, equal-start, touching (not
+    overlapping) and one-offset hulls, in two partitions with different bucket widths."""
+    hulls = [
+        ("t", 0, 1, 0, 100), ("t", 0, 2, 10, 20), ("t", 0, 3, 10, 12), ("t", 0, 4, 19, 150), ("t", 0, 5, 150, 151),
+        ("t", 0, 6, 160, 170), ("t", 0, 7, 169, 400), ("t", 0, 8, 0, 1),
+        ("t", 1, 1, 5, 6), ("t", 1, 2, 5, 6), ("t", 1, 3, 6, 7), ("t", 1, 9, 1_000, 5_000), ("t", 1, 4, 4_999, 5_000),
+    ]  # fmt: skip
+    frame = spark.createDataFrame(hulls, "topic string, partition int, x bigint, h0 bigint, h1 bigint")
+    expected = sorted(
+        (t, p, min(x, y), max(x, y), max(a0, b0), min(a1, b1))
+        for i, (t, p, x, a0, a1) in enumerate(hulls)
+        for (u, q, y, b0, b1) in hulls[i + 1 :]
+        if (t, p) == (u, q) and max(a0, b0) < min(a1, b1)
+    )
+
+    found = sorted(tuple(row) for row in jobs._overlapping_hulls(frame).collect())
+
+    assert found == expected
+    assert len(expected) == 9

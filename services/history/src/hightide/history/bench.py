@@ -112,6 +112,18 @@ walls are not quoted): 1M base -> new executor CPU 49.8 -> 48.1 s, JVM CPU 136.4
 digest) at both sizes. The group's executor CPU from 1M to 4M grew x3.6 before, x2.9 now. 10M not measured (no
 time); the per-event cost of the whole audit (reading and caching the lake: ~15-23 s executor CPU at 1M under that
 load; each metadata check alone 15-20 s including it) is still ~20x off the goal.
+Audit, ninth session (helper auditshare; load 15-27 from other helpers throughout, so walls are not quoted; executor
+and driver JVM CPU as above, `/work/prof/auditshare/`): `committed_prefixes_agree` meets overlapping epoch hulls by
+an offset-bucket join (`commits._overlapping_hulls`) instead of joining every pair of a partition's epochs
+(~1,900 epochs per partition at 10M: ~1.8M pairs each; the gain at 10M is not measured, the machine being at load
+20-27 for the hour: a 10M fold got 3 CPU minutes in 20). Measured and not done: one parse per event type. On the 1M
+lake's cached frame, parsing a type's payloads costs (executor CPU, warm) 1.0 s for the 268k HighWatermarkAdvanced,
+0.9 s for the 268k RecordsAppended, ~0.5 s each for FollowerStateUpdated and ProduceCompleted, so sharing the three
+or four parses of HW advances and two of appends would save at most ~3 s of the audit's ~50 s, about what caching a
+parsed frame costs; reading, ordering and caching the lake costs 20.5 s (JVM 43.6 s), the largest fixed part. A tiny
+history (the parity test's clean seed 1) runs ~171 stages in as many jobs (94 query stages of the final collect, 53
+broadcasts, 23 checkpoints) for 8.3 s of executor CPU and 57.5 s of driver JVM CPU (warm): planning, not data.
+Adaptive execution off made it 64 jobs but 180 stages and no less JVM CPU (116 against 111 s, cold), so it stays on.
 """
 
 from __future__ import annotations

@@ -417,14 +417,8 @@ def committed_prefixes_agree(lake: DataFrame, min_insync_replicas: int = KAFKA_M
     """B5 LogMatching and C7 CommittedOffsetStable: see `hightide.audit.checks.commits.committed_prefixes_agree`."""
     folded = _folded(lake, min_insync_replicas)
     c = F.col
-    hulls = folded.commits.groupBy(*TP, "x").agg(F.min("run_start").alias("h0"), F.max("run_end").alias("h1"))
-    other = hulls.select(c("topic").alias("t2"), c("partition").alias("p2"), c("x").alias("y"), c("h0").alias("g0"),
-                         c("h1").alias("g1"))  # fmt: skip
-    pairs = (
-        hulls.join(other, (c("topic") == c("t2")) & (c("partition") == c("p2")) & (c("x") < c("y")))
-        .where(_overlaps(c("h0"), c("h1"), c("g0"), c("g1")))
-        .select(*TP, "x", "y", F.greatest("h0", "g0").alias("lo"), F.least("h1", "g1").alias("hi"))
-    )
+    pairs = _overlapping_hulls(folded.commits.groupBy(*TP, "x").agg(F.min("run_start").alias("h0"),
+                                                                     F.max("run_end").alias("h1")))  # fmt: skip
     commits = folded.commits.select(c("topic").alias("ct"), c("partition").alias("cp"), "run_start", "run_end",
                                     c("x").alias("cx"), "commit_epoch", "event_id")  # fmt: skip
     involved = pairs.join(
@@ -442,6 +436,31 @@ def committed_prefixes_agree(lake: DataFrame, min_insync_replicas: int = KAFKA_M
                                c("y")),
     )  # fmt: skip
     return first.unionByName(_follower_mismatches(folded))
+
+
+def _overlapping_hulls(hulls: DataFrame) -> DataFrame:
+    """Every pair of a partition's epoch hulls (TP, x, h0, h1) that overlap, as (TP, x, y, lo, hi) with x < y and
+    [lo, hi) their overlap, in work linear in the hulls (a late history has thousands of epochs per partition: every
+    pair of them would be millions of rows).
+
+    Of two overlapping hulls, the one later in (h0, x) order starts inside the other, so each pair is found once:
+    the earlier hull is spread over the offset buckets its range touches (`_buckets`, widths as `bucket_widths`),
+    the later one sits in the bucket of its start, and an equi-join on (partition, bucket) meets them."""
+    c = F.col
+    mean = F.avg(c("h1") - c("h0"))
+    width = F.pow(F.lit(2), F.round(F.log2(F.greatest(mean, F.lit(1.0))))).cast("bigint")
+    widths = hulls.groupBy(*TP).agg(width.alias("_w"))
+    sized = hulls.join(F.broadcast(widths), [*TP])
+    spread = _buckets(sized, "h0", "h1")
+    starts = sized.select(c("topic").alias("t2"), c("partition").alias("p2"), c("x").alias("x2"), c("h0").alias("g0"),
+                          c("h1").alias("g1"), F.floor(c("h0") / c("_w")).alias("_b2"))  # fmt: skip
+    later = (c("g0") > c("h0")) | ((c("g0") == c("h0")) & (c("x2") > c("x")))
+    met = spread.join(
+        starts,
+        (c("topic") == c("t2")) & (c("partition") == c("p2")) & (c("_b") == c("_b2")) & later & (c("g0") < c("h1")),
+    )
+    return met.select(*TP, F.least("x", "x2").alias("x"), F.greatest("x", "x2").alias("y"), c("g0").alias("lo"),
+                      F.least("h1", "g1").alias("hi"))  # fmt: skip
 
 
 def _commits(folded: Folded) -> DataFrame:
