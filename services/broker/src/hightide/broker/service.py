@@ -90,6 +90,7 @@ from hightide.protocol.subjects import (
     controller_api,
 )
 from hightide.runtime.events import EventSink
+from hightide.runtime.memory import freeze_long_lived
 from hightide.runtime.metadata_log import MetadataLog
 from hightide.runtime.metrics import BrokerMetrics
 from hightide.runtime.rpc import Inbox, RequestFailed, reply, request
@@ -265,6 +266,7 @@ class BrokerService:
     async def run(self) -> None:
         """Recover the logs, follow the metadata, register, serve; on stop, shut down cleanly."""
         self._open_logs()
+        freeze_long_lived()  # the modules and the recovered logs: left out of every later full collection
         # The broker may start before any controller has made the metadata log; only a controller may make it.
         while not await self.metadata_log.stream_exists():
             await self._wait_stopping(METADATA_STREAM_POLL_S)
@@ -364,7 +366,9 @@ class BrokerService:
             await self._wait_stopping(REGISTRATION_RETRY_S)
             return
         self.registered.set()
-        self.log.info("broker_registered", broker_epoch=answer.broker_epoch)
+        # The metadata replayed up to here and the state it built live on: frozen too, before any traffic comes.
+        frozen = freeze_long_lived()
+        self.log.info("broker_registered", broker_epoch=answer.broker_epoch, gc_frozen_objects=frozen)
         await self.inbox.put("registered", answer.broker_epoch)
 
     async def _heartbeat(self, *, want_shut_down: bool) -> wire.BrokerHeartbeatResponse | None:
