@@ -207,9 +207,10 @@ that the files are written on a thread (the offsets taken on the driving task, a
 event relay's cursor, saved five times a second by a rename over the old file, cost 0.6 ms p50, 4-6 ms p90 and up
 to 46 ms on this disk (ext4 starts the write-back at such a rename), and 0.12-0.16 ms overwritten in place. On a
 quiet machine, where a round trip takes a few ms, each of these stalls on any broker lands in the p99. At load
-15-20 every hop is preempted instead (150-250 nonvoluntary context switches a second per broker), and the
-benchmark, base (5b6da64) and this pass alternating, swung as before: confluent-kafka p50 60.8 / 85.1 against
-68.8 / 65.4 ms, p99 175 / 356 against 298 / 636 ms, 16 KiB 38.4 / 25.7 against 31.5 / 43.4 MB/s. Left: the
+15-23 every hop is preempted instead (150-250 nonvoluntary context switches a second per broker), and the
+benchmark, base (5b6da64) and this pass alternating, swung as before: confluent-kafka p50 60.8 / 85.1 / 53.6
+against 68.8 / 65.4 / 72.1 ms, p99 175 / 356 / 249 against 298 / 636 / 179 ms, 16 KiB 38.4 / 25.7 / 27.0 against
+31.5 / 43.4 / 25.6 MB/s (the own client's p99 0.4-1.7 s in both). Left: the
 record check (`validate_produce`, 1.4 us of CPU a record at this load, 0.3 ms per 210-record Produce).
 """
 
