@@ -148,3 +148,38 @@ def test_a_checkpoint_the_disk_refuses_is_a_storage_error_and_the_old_file_stand
         OffsetCheckpointFile(path).write({TopicPartition("orders", 0): 5})
     assert raised.value.error_code is ErrorCode.KAFKA_STORAGE_ERROR
     assert path.is_dir() and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_a_snapshot_writes_the_offsets_it_was_taken_with_when_it_is_called(tmp_path: Path) -> None:
+    # The broker takes the offsets on its driving task and writes them on a thread, later.
+    path = tmp_path / "replication-offset-checkpoint"
+    offsets = {TopicPartition("orders", 0): 5}
+    write = OffsetCheckpointFile(path).snapshot(offsets)
+    offsets[TopicPartition("orders", 0)] = 9  # the log moved on before the thread wrote
+    assert not path.exists()
+    write()
+    assert OffsetCheckpointFile(path).read() == {TopicPartition("orders", 0): 5}
+
+
+def test_a_snapshot_older_than_one_already_written_is_dropped(tmp_path: Path) -> None:
+    # Two writes finishing out of order (a slow thread, then a shutdown's own write) never take the file back.
+    path = tmp_path / "log-start-offset-checkpoint"
+    file = OffsetCheckpointFile(path)
+    older = file.snapshot({TopicPartition("orders", 0): 3})
+    file.write({TopicPartition("orders", 0): 7})
+    older()
+    assert OffsetCheckpointFile(path).read() == {TopicPartition("orders", 0): 7}
+    newer = file.snapshot({TopicPartition("orders", 0): 8})
+    newer()
+    assert OffsetCheckpointFile(path).read() == {TopicPartition("orders", 0): 8}
+
+
+def test_a_refused_snapshot_write_is_a_storage_error_and_a_later_one_still_writes(tmp_path: Path) -> None:
+    path = tmp_path / "replication-offset-checkpoint"
+    file = OffsetCheckpointFile(path)
+    path.mkdir()
+    with pytest.raises(StorageError, match="cannot write"):
+        file.snapshot({TopicPartition("orders", 0): 5})()
+    path.rmdir()
+    file.snapshot({TopicPartition("orders", 0): 6})()
+    assert OffsetCheckpointFile(path).read() == {TopicPartition("orders", 0): 6}

@@ -54,6 +54,21 @@ def test_clean_shutdown_writes_checkpoints_and_marker_and_the_next_start_skips_r
     assert reopened.read_high_watermarks() == {ORDERS_0: 6, ORDERS_1: 6}
 
 
+def test_the_periodic_checkpoints_write_the_three_files_as_the_logs_stood_when_taken(tmp_path: Path) -> None:
+    manager = _filled(tmp_path)
+    log = manager.get_log(ORDERS_0)
+    assert log is not None
+    log.flush(10)
+    write = manager.periodic_checkpoints()
+    log.update_high_watermark(8)  # after the offsets were taken
+    write()  # as the broker's thread calls it
+    assert (tmp_path / "replication-offset-checkpoint").read_text() == "0\n2\norders 0 6\norders 1 6\n"
+    assert (tmp_path / "recovery-point-offset-checkpoint").read_text().startswith("0\n2\norders 0 10\n")
+    assert (tmp_path / "log-start-offset-checkpoint").read_text() == "0\n2\norders 0 0\norders 1 0\n"
+    manager.shutdown()  # newer than the snapshot: the HW moved on
+    assert manager.read_high_watermarks() == {ORDERS_0: 8, ORDERS_1: 6}
+
+
 def test_after_a_crash_every_log_recovers_from_its_checkpointed_recovery_point(tmp_path: Path) -> None:
     manager = _filled(tmp_path)
     manager.logs[ORDERS_0].flush()

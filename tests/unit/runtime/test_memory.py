@@ -1,4 +1,5 @@
-"""keep_large_buffers: freed megabyte buffers are reused, not unmapped and faulted in again (issue 15)."""
+"""keep_large_buffers: freed megabyte buffers are reused, not unmapped and faulted in again; freeze_long_lived: a
+started service's objects are left out of later collections (issue 15)."""
 
 from __future__ import annotations
 
@@ -56,3 +57,26 @@ def test_a_threshold_chosen_in_the_environment_is_left_alone() -> None:
     kept, _ = _churn("keep", env)
     assert not kept
     assert memory.TRIM_THRESHOLD_BYTES > memory.MMAP_THRESHOLD_BYTES  # the trim keeps at least one mmap-sized chunk
+
+
+# A service's long-lived objects, then freeze_long_lived: what a later full collection still walks.
+_FREEZE = """
+import gc, sys
+from hightide.runtime.memory import freeze_long_lived
+held = [[n] for n in range(100_000)]  # a started service's state (lists: tracked by the collector)
+cycle = [[]]; cycle[0].append(cycle); del cycle  # garbage at the time of the freeze: collected, not kept
+frozen = freeze_long_lived()
+later = [[n] for n in range(10)]  # made while serving: collected as usual
+walked = len(gc.get_objects())
+ids = {id(o) for o in gc.get_objects()}
+print(frozen, walked, id(held[0]) in ids, id(later[0]) in ids, gc.collect())
+"""
+
+
+def test_frozen_objects_are_left_out_of_later_collections_and_new_ones_are_not() -> None:
+    done = subprocess.run([sys.executable, "-c", _FREEZE], capture_output=True, text=True, check=True)
+    frozen, walked, held_walked, later_walked, collected = done.stdout.split()
+    assert int(frozen) > 100_000  # the held dicts and everything the interpreter had
+    assert int(walked) < 1_000  # a full collection now walks what came after the freeze
+    assert held_walked == "False" and later_walked == "True"
+    assert collected == "0"  # the cycle was collected by the freeze's own collection, before it

@@ -129,6 +129,19 @@ def test_the_cursor_round_trips_and_a_damaged_one_reads_as_the_start(tmp_path: P
     assert not cursor_path(writer.path).exists()
 
 
+def test_the_cursor_is_overwritten_in_place_whatever_was_there_before(tmp_path: Path) -> None:
+    # One fixed-width write at offset 0, no temporary file: a shorter number covers a longer one, and a cursor
+    # written by an earlier version (the bare number) is covered whole.
+    writer = _write(tmp_path, [b"x"])
+    cursor_path(writer.path).write_text("123456789012\n")
+    write_cursor(writer.path, 7)
+    assert read_cursor(writer.path) == 7
+    write_cursor(writer.path, 2**63)
+    write_cursor(writer.path, 42)
+    assert read_cursor(writer.path) == 42
+    assert sorted(p.name for p in tmp_path.iterdir() if ".published" in p.name) == [cursor_path(writer.path).name]
+
+
 def test_merged_records_are_one_array_of_all_their_envelopes_in_order(tmp_path: Path) -> None:
     writer = OutboxWriter.create(tmp_path, HEADER)
     sizes = [1, 15, 16, 3, 70_000]  # array headers of each msgpack size class, and a total past 2**16

@@ -9,12 +9,20 @@ is undone by trimming the heap's top past twice that), so every copy first fault
 and `MALLOC_TRIM_THRESHOLD_` set), so freed buffers go back to malloc's free lists and the next one reuses pages
 already mapped; a process then keeps up to `TRIM_THRESHOLD_BYTES` of free heap instead of returning it at once
 (the JVM under Kafka keeps its whole heap). Elsewhere than glibc (musl, macOS) it does nothing.
+
+`freeze_long_lived` is the same idea for Python's cyclic garbage collector: what a service holds once it has
+started (its modules, classes, configs, recovered logs) lives as long as the process, yet every full collection
+walks all of it. A broker of the benchmark's cluster holds enough of it that one full collection took 84-126 ms,
+its event loop stopped meanwhile, and every acks=all round trip waits on all three brokers (issue 15: one on
+each broker inside the 5-second latency run). Frozen (`gc.freeze`), those objects are left out of every later
+collection; reference counting still frees them, and a cycle among them is kept rather than collected.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import os
 from typing import Final
 
@@ -44,3 +52,11 @@ def keep_large_buffers() -> bool:
     mapped = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
     trimmed = mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
     return bool(mapped) and bool(trimmed)
+
+
+def freeze_long_lived() -> int:
+    """Collect what is garbage now, then move every object left into the collector's permanent generation, which no
+    collection walks; how many objects are frozen in all."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()

@@ -16,9 +16,10 @@ killed with -9 leaves every record it finished (the page cache outlives the proc
 itself can tear is found on reading: the reader stops at the first record that is short or fails its CRC, and
 reports where (`valid_end`). Nothing after that point was acted upon: a service acts only after `append` returns.
 
-The published cursor is a small text file replaced atomically (temp file and rename). It can lag behind the
-truth by the last batch (a crash between the ack and the rename): those batches are published again, and the
-stream drops them by their `Nats-Msg-Id`.
+The published cursor is a small text file, one space-padded number of fixed width overwritten in place (a write
+of 21 bytes at offset 0: the old number or the new one, never a mixture). It can lag behind the truth by the last
+batch (a crash between the ack and the write): those batches are published again, and the stream drops them by
+their `Nats-Msg-Id`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ _CRC_FIELDS: Final = struct.Struct(">QI")
 MAX_RECORD_BYTES: Final = 64 * 1024 * 1024
 SUFFIX: Final = ".outbox"
 CURSOR_SUFFIX: Final = ".published"
+_CURSOR_WIDTH: Final = 20  # digits of the largest u64, space-padded: every write covers the one before it
 _READ_CHUNK: Final = 1024 * 1024
 
 
@@ -218,10 +220,15 @@ def read_cursor(outbox: Path) -> int:
 
 
 def write_cursor(outbox: Path, position: int) -> None:
-    path = cursor_path(outbox)
-    tmp = path.with_suffix(".published-tmp")
-    tmp.write_text(f"{position}\n")
-    os.replace(tmp, path)
+    """The cursor overwritten in place: one fixed-width write at offset 0, within one disk sector, so the file holds
+    the old number or the new one. Not a temporary file renamed over it: on ext4 that rename (and a truncation to
+    zero) starts the new file's write-back at once (auto_da_alloc), and under a busy disk it held the relay's
+    event loop, the service's own, 0.6 ms at the median and 4-46 ms at the tail, five times a second (issue 15)."""
+    fd = os.open(cursor_path(outbox), os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, f"{position:>{_CURSOR_WIDTH}}\n".encode(), 0)
+    finally:
+        os.close(fd)
 
 
 def try_lock(path: Path) -> int | None:

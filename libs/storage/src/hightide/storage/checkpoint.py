@@ -30,7 +30,8 @@ import base64
 import contextlib
 import os
 import re
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from itertools import pairwise
 from pathlib import Path
 from typing import Final, NamedTuple
@@ -136,17 +137,40 @@ def _parse_int(path: Path, value: str) -> int:
 
 
 class OffsetCheckpointFile:
-    """`topic partition offset` entries for a whole log dir (HW, recovery point or log start offset)."""
+    """`topic partition offset` entries for a whole log dir (HW, recovery point or log start offset).
+
+    A write may be taken now and carried out later on another thread (`snapshot`: Kafka writes these files from
+    its scheduler's threads, not a request thread, and each costs two fsyncs). Writes of one file never overlap
+    (they share `<file>.tmp`), and a snapshot taken before one already written is dropped, so the file never goes
+    back to older offsets whatever order the threads finish in."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._lock = threading.Lock()
+        self._taken = 0  # snapshots taken (on the owner's thread)
+        self._written = 0  # the newest snapshot written
 
     def write(self, offsets: Mapping[TopicPartition, int]) -> None:
+        self.snapshot(offsets)()
+
+    def snapshot(self, offsets: Mapping[TopicPartition, int]) -> Callable[[], None]:
+        """The file's content as `offsets` say now; calling the result writes it (on any thread), unless a newer
+        snapshot of this file was written first."""
         for tp, offset in offsets.items():
             assert offset >= 0, f"negative checkpoint offset {offset} for {tp}"
             assert tp.topic and not any(c.isspace() for c in tp.topic), tp
         lines = [f"{tp.topic} {tp.partition} {offset}" for tp, offset in sorted(offsets.items())]
-        write_checkpoint(self.path, lines)
+        self._taken += 1
+        generation = self._taken
+
+        def write() -> None:
+            with self._lock:
+                if generation < self._written:
+                    return
+                write_checkpoint(self.path, lines)
+                self._written = generation
+
+        return write
 
     def read(self) -> dict[TopicPartition, int]:
         result: dict[TopicPartition, int] = {}

@@ -35,7 +35,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -282,6 +282,22 @@ class LogManager:
 
     def checkpoint_high_watermarks(self) -> None:
         self._high_watermarks.write({tp: log.high_watermark for tp, log in self.logs.items()})
+
+    def periodic_checkpoints(self) -> Callable[[], None]:
+        """Kafka's periodic checkpoint tasks (replica.high.watermark.checkpoint.interval.ms for the HWs, the log
+        manager's for recovery points and log start offsets): the three files as the logs stand now, written when
+        the result is called, on any thread (StorageError if the disk refuses); see OffsetCheckpointFile.snapshot."""
+        writes = (
+            self._high_watermarks.snapshot({tp: log.high_watermark for tp, log in self.logs.items()}),
+            self._recovery_points.snapshot({tp: log.recovery_point for tp, log in self.logs.items()}),
+            self._log_start_offsets.snapshot({tp: log.log_start_offset for tp, log in self.logs.items()}),
+        )
+
+        def write() -> None:
+            for one in writes:
+                one()
+
+        return write
 
     def read_high_watermarks(self) -> dict[TopicPartition, int]:
         return self._high_watermarks.read()

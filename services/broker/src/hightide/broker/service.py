@@ -7,7 +7,8 @@ Room: services/broker (wiring). Every rule of hosting replicas, serving produce 
   the wall clock for retention), one input at a time, from a bounded inbox, in one driving task;
 - carries out the manager's effects in order (`DiskStorage` for the log directory, NATS for answers, follower
   fetches and AlterPartition, the event sink for events), flushing events to the outbox before any answer or
-  request leaves, and hands a refused storage effect back to the manager;
+  request leaves, and hands a refused storage effect back to the manager; the periodic CheckpointHighWatermarks
+  takes the offsets on the driving task and writes the files (their fsyncs) on a thread, as Kafka's scheduler does;
 - follows the metadata log (a JetStream ordered consumer) into the `MetadataImage` the manager reads;
 - runs the log cleaner (`log.cleaner.enable`): every `log.cleaner.backoff.ms` it prepares cleanings of the
   compacted logs, builds them on a thread (the driving task goes on serving), and swaps them in back on the driving
@@ -89,6 +90,7 @@ from hightide.protocol.subjects import (
     controller_api,
 )
 from hightide.runtime.events import EventSink
+from hightide.runtime.memory import freeze_long_lived
 from hightide.runtime.metadata_log import MetadataLog
 from hightide.runtime.metrics import BrokerMetrics
 from hightide.runtime.rpc import Inbox, RequestFailed, reply, request
@@ -166,6 +168,13 @@ class _CleaningDone:
 
 
 @dataclass(frozen=True, slots=True)
+class _CheckpointRefused:
+    """The disk refused the periodic checkpoint being written on a thread: for the driving task to hand on."""
+
+    error: StorageError
+
+
+@dataclass(frozen=True, slots=True)
 class _AlterPartitionDone:
     request: wire.AlterPartitionRequest
     response: wire.AlterPartitionResponse
@@ -233,6 +242,7 @@ class BrokerService:
         self._cleaning: list[tuple[TopicPartition, CleaningJob]] | None = None
         self._cleaning_thread: asyncio.Future[None] | None = None
         self._next_cleaning_mono_ms = 0
+        self._checkpointing: asyncio.Future[None] | None = None  # the periodic checkpoint being written on a thread
         self._handlers: dict[str, Callable[[Msg, Now], list[Effect] | wire.Response]] = {
             BrokerApi.PRODUCE: self._on_produce,
             BrokerApi.FETCH: self._on_fetch,
@@ -256,6 +266,7 @@ class BrokerService:
     async def run(self) -> None:
         """Recover the logs, follow the metadata, register, serve; on stop, shut down cleanly."""
         self._open_logs()
+        freeze_long_lived()  # the modules and the recovered logs: left out of every later full collection
         # The broker may start before any controller has made the metadata log; only a controller may make it.
         while not await self.metadata_log.stream_exists():
             await self._wait_stopping(METADATA_STREAM_POLL_S)
@@ -287,6 +298,9 @@ class BrokerService:
                     with contextlib.suppress(Exception):
                         await subscription.unsubscribe()
             await self._stop_cleaning()
+            if self._checkpointing is not None:  # its files are written before the shutdown's own (newer) ones
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._checkpointing)
             self.storage.close(self.manager.broker_epoch, clean=self.stopping.is_set())
             if self.stopping.is_set():
                 self.log.info("clean_shutdown", broker_epoch=self.manager.broker_epoch)
@@ -352,7 +366,9 @@ class BrokerService:
             await self._wait_stopping(REGISTRATION_RETRY_S)
             return
         self.registered.set()
-        self.log.info("broker_registered", broker_epoch=answer.broker_epoch)
+        # The metadata replayed up to here and the state it built live on: frozen too, before any traffic comes.
+        frozen = freeze_long_lived()
+        self.log.info("broker_registered", broker_epoch=answer.broker_epoch, gc_frozen_objects=frozen)
         await self.inbox.put("registered", answer.broker_epoch)
 
     async def _heartbeat(self, *, want_shut_down: bool) -> wire.BrokerHeartbeatResponse | None:
@@ -436,6 +452,8 @@ class BrokerService:
             elif isinstance(payload, _CleaningDone):
                 effects = []
                 self._finish_cleaning(payload, at)
+            elif isinstance(payload, _CheckpointRefused):
+                effects = self._checkpoint_refused(payload, at)
             else:
                 assert kind == "tick", kind
                 effects = self.manager.tick(at)
@@ -559,6 +577,10 @@ class BrokerService:
         carry_out(self.manager, effects, at, storage=lambda effect: self._store(effect, at), deliver=self._deliver_one)
 
     def _store(self, effect: StorageEffect | CheckpointHighWatermarks, at: Now) -> StorageOutcome:
+        if isinstance(effect, CheckpointHighWatermarks) and self._group is not None:
+            self._checkpoint_on_thread()
+            self._update_gauges()
+            return StorageOutcome()
         try:
             outcome = self.storage.apply(effect, at.wall_ms)
         except StorageRefusal as refusal:
@@ -652,6 +674,37 @@ class BrokerService:
                 new_isr=list(message.new_isr),
             )
         await self.inbox.put("alter_partition_response", _AlterPartitionDone(message, answer))
+
+    # -- the periodic checkpoints ----------------------------------------------------------------------------------
+
+    def _checkpoint_on_thread(self) -> None:
+        """The manager's periodic CheckpointHighWatermarks: the offsets are taken now, on the driving task, and the
+        files (two fsyncs each) written on a thread, as Kafka's scheduler writes them beside its request threads
+        (issue 15: written here, they held every input of the broker for 15-90 ms every 5 s). A round still being
+        written when the next falls due is not joined by another: the next due one takes the offsets of then."""
+        if self._checkpointing is not None and not self._checkpointing.done():
+            return
+        write = self.storage.periodic_checkpoints()
+        self._checkpointing = asyncio.get_running_loop().run_in_executor(None, write)
+        self._spawn(self._report_checkpoint(self._checkpointing))
+
+    async def _report_checkpoint(self, writing: asyncio.Future[None]) -> None:
+        try:
+            await asyncio.shield(writing)
+        except StorageError as error:  # a written checkpoint needs nothing more from the driving task
+            await self.inbox.put("checkpoint_refused", _CheckpointRefused(error))
+
+    def _checkpoint_refused(self, done: _CheckpointRefused, at: Now) -> list[Effect]:
+        """A refused checkpoint goes to the manager as a refusal of its CheckpointHighWatermarks, exactly as one
+        refused on the driving task would (`carry_out`: the StorageRefused events, then every replica offline)."""
+        refusal = StorageRefusal(str(done.error), done.error.error_code)
+        self.log.warning("storage_refused", effect="CheckpointHighWatermarks", error=str(refusal)[:512])
+
+        def refuse(_: StorageEffect | CheckpointHighWatermarks) -> StorageOutcome:
+            raise refusal
+
+        carry_out(self.manager, [CheckpointHighWatermarks()], at, storage=refuse, deliver=self._deliver_one)
+        return []
 
     # -- the log cleaner (issue 13) -------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ them on a thread (`hightide.storage.cleaner`), and each cleaning swapped in is r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from hightide.core.clock import WallMs
@@ -191,6 +191,12 @@ class DiskStorage:
         manager.checkpoint_high_watermarks()
         manager.checkpoint_recovery_points()
         manager.checkpoint_log_start_offsets()
+
+    def periodic_checkpoints(self) -> Callable[[], None]:
+        """The checkpoint of every log's HW, recovery point and log start offset as they stand now, to be written
+        by calling the result on another thread (StorageError if the disk refuses): Kafka's checkpoint tasks run
+        on its scheduler, so their fsyncs never hold up a request."""
+        return self._manager().periodic_checkpoints()
 
     def flush_due(self, now_ms: WallMs) -> None:
         self._manager().flush_due_logs(now_ms)

@@ -195,6 +195,23 @@ alternating, the harness, load 12-16, the three brokers' CPU: 16 KiB 2.67 / 2.76
 (no difference at that load). `hightide bench --workload kafka`, three base / this pairs at load 10-17 swung 2x
 either way (confluent-kafka 16 KiB 22.5 / 19.2 / 41.0 against 20.5 / 42.8 / 34.2 MB/s, p99 128 / 630 / 650 against
 357 / 177 / 274 ms); neither goal is met at this load, and the quiet-machine figures are the lead's to take.
+
+Sixth pass (stalls of a broker's event loop, which acks=all multiplies: every partition's HW waits for all three
+brokers, so one broker stopped holds every record in flight). Measured with the harness, each broker's inputs
+timed on the wall clock and its garbage collections logged (gc.callbacks from a sitecustomize, not committed), in
+the 10,000/s run: a fresh broker's first full collection fell inside the run on all three brokers, 94-126 ms each
+(load 17; ~70,000 objects of modules and logs walked), and 1.2-1.6 ms once the broker freezes what it holds after
+recovering its logs and at registration (`gc.freeze`); the tick that wrote the HW, recovery-point and log-start
+checkpoints (three files, two fsyncs each, every 5 s) took 5-212 ms (median ~32, load 12-14), and 0.5-2.9 ms now
+that the files are written on a thread (the offsets taken on the driving task, as Kafka's scheduler does); the
+event relay's cursor, saved five times a second by a rename over the old file, cost 0.6 ms p50, 4-6 ms p90 and up
+to 46 ms on this disk (ext4 starts the write-back at such a rename), and 0.12-0.16 ms overwritten in place. On a
+quiet machine, where a round trip takes a few ms, each of these stalls on any broker lands in the p99. At load
+15-23 every hop is preempted instead (150-250 nonvoluntary context switches a second per broker), and the
+benchmark, base (5b6da64) and this pass alternating, swung as before: confluent-kafka p50 60.8 / 85.1 / 53.6
+against 68.8 / 65.4 / 72.1 ms, p99 175 / 356 / 249 against 298 / 636 / 179 ms, 16 KiB 38.4 / 25.7 / 27.0 against
+31.5 / 43.4 / 25.6 MB/s (the own client's p99 0.4-1.7 s in both). Left: the
+record check (`validate_produce`, 1.4 us of CPU a record at this load, 0.3 ms per 210-record Produce).
 """
 
 from __future__ import annotations
