@@ -212,6 +212,31 @@ benchmark, base (5b6da64) and this pass alternating, swung as before: confluent-
 against 68.8 / 65.4 / 72.1 ms, p99 175 / 356 / 249 against 298 / 636 / 179 ms, 16 KiB 38.4 / 25.7 / 27.0 against
 31.5 / 43.4 / 25.6 MB/s (the own client's p99 0.4-1.7 s in both). Left: the
 record check (`validate_produce`, 1.4 us of CPU a record at this load, 0.3 ms per 210-record Produce).
+
+Seventh pass (issue 15's p99, hop by hop; a harness, not committed, timed every driver input on each broker (wall,
+thread CPU, time queued, effects), every loop callback over 0.7 ms, each follower fetch sent and answered, the
+listener's frames read and answers written, and each record's stamp and arrival; load 6.7-17 throughout, so every
+figure below is a ratio or CPU). A record's inputs cost little CPU: the leader's Produce 1.0-1.1 ms (~200 records),
+a follower's fetch at the leader 0.55-0.65, a follower applying an answer 0.4, an HW-only answer 0.2; the Produce's
+broker-side p50 was 15-30 ms, of which 3-4 ms CPU on the critical path: the rest is waiting for a core (700-1,900
+involuntary context switches per broker in 6 s; a traced NATS hop 2.7-5 ms; the NATS flusher's send 2.2 ms p50 for
+0.06 ms of CPU, the kernel running the receiver). Three findings. (1) 45-50% of Produce requests moved the HW only
+after 3-4 follower fetches instead of 2 (append to HW p50 18-20 ms against 11, load 6.7): a follower told only the
+new HW comes back after the next Produce is appended, so its data waits for that refetch. Switched off for an
+experiment (no HW-only answer to a follower, Kafka's DelayedFetch; a core rule, so it moves every seed and is not
+kept): such requests 8-11%, the brokers' CPU 14-18% lower (1.07 / 1.12 / 1.16 -> 0.99 / 0.91 / 0.84 s), p50 62.6 /
+83.4 -> 56.5 / 64.3 ms, p99 alike (163 / 295 -> 166 / 278), load 14-17. (2) The client: from a Produce answer
+written to that partition's next Produce read took p50 19-72 ms, more than the brokers' part, and records' stamps
+stalled over 10 ms about 100 times in 5 s; the schedule's `poll` got a timeout under librdkafka's millisecond, so
+the producing thread spun (`PACING_WAIT_MIN_S` now: that thread's CPU in the 5 s 0.46 / 0.57 -> 0.17 / 0.17 s at
+load 15-17; alone at 10,000/s, 1.35-1.52 -> 0.21-0.24 s of process CPU in 3 s). Only one Produce in four was read
+while another was unanswered on its connection; TCP_QUICKACK after each frame read (a Nagle / delayed-ACK theory)
+changed that 26% -> 25% and nothing else, not kept. (3) At 16 KiB the appends' `writev` took 2.8 ms of CPU per MB
+on each broker (~0.44 s of its ~0.75 s of input CPU; 0.4-3.1 ms/MB for a bare 1 MiB writev on this VM), so three
+replicas' page-cache copies are about half the cluster's CPU per MB. No epoch checkpoint, roll or GC pause fell
+inside a measured window (the epoch checkpoints, 80-300 ms inputs, come with the warm-up). `hightide bench
+--workload kafka`, main and this alternating, load 11-17: confluent-kafka p50 70.8 / 55.6 / 141.5 against 59.7 /
+86.9 / 84.1 ms, p99 285 / 302 / 533 against 183 / 287 / 323 ms (no conclusion at this load).
 """
 
 from __future__ import annotations
