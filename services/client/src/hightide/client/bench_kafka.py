@@ -226,10 +226,13 @@ new HW comes back after the next Produce is appended, so its data waits for that
 experiment (no HW-only answer to a follower, Kafka's DelayedFetch; a core rule, so it moves every seed and is not
 kept): such requests 8-11%, the brokers' CPU 14-18% lower (1.07 / 1.12 / 1.16 -> 0.99 / 0.91 / 0.84 s), p50 62.6 /
 83.4 -> 56.5 / 64.3 ms, p99 alike (163 / 295 -> 166 / 278), load 14-17. (2) The client: from a Produce answer
-written to that partition's next Produce read took p50 19-72 ms, more than the brokers' part, and records' stamps
+written to that partition's next Produce read took p50 19-72 ms, the brokers' part or more, and records' stamps
 stalled over 10 ms about 100 times in 5 s; the schedule's `poll` got a timeout under librdkafka's millisecond, so
 the producing thread spun (`PACING_WAIT_MIN_S` now: that thread's CPU in the 5 s 0.46 / 0.57 -> 0.17 / 0.17 s at
-load 15-17; alone at 10,000/s, 1.35-1.52 -> 0.21-0.24 s of process CPU in 3 s). Only one Produce in four was read
+load 15-17; alone at 10,000/s, 1.35-1.52 -> 0.21-0.24 s of process CPU in 3 s; in the traced cluster, spin / this at
+load 13-16, that wait p50 96 / 87 -> 63 / 33 ms, Produce requests in the run 121 / 144 -> 179 / 234, their
+broker-side p50 27 / 32 -> 45 / 44 ms, end to end p50 92 / 123 -> 109 / 97 ms: the brokers get the requests sooner
+and serve more of them, and at this load that gains nothing end to end). With the spin, one Produce in four was read
 while another was unanswered on its connection; TCP_QUICKACK after each frame read (a Nagle / delayed-ACK theory)
 changed that 26% -> 25% and nothing else, not kept. (3) At 16 KiB the appends' `writev` took 2.8 ms of CPU per MB
 on each broker (~0.44 s of its ~0.75 s of input CPU; 0.4-3.1 ms/MB for a bare 1 MiB writev on this VM), so three
