@@ -58,8 +58,14 @@ system-deps:  ## system packages the tests need (Debian's chromium), installed w
 	        "the report test fails under CI=true" >&2; \
 	 fi
 
-test: install java lint system-deps  ## every test tier present (what CI runs)
-	@$(RUN) pytest tests --durations=30; rc=$$?; \
+# The test run's workers (pytest-xdist), each taking whole files (a module's cluster or Spark session stays in one
+# process). Most of a serial run is waiting (real clusters through faults, JVMs starting, Spark's serial driver), so
+# two workers on two cores overlap that waiting with the other's work; more made the timing-sensitive cluster tests
+# lose their margins on a two-core machine.
+TEST_WORKERS ?= 2
+
+test: install java lint system-deps  ## every test tier present (what CI runs), in parallel workers (TEST_WORKERS, default 2)
+	@$(RUN) pytest tests -n $(TEST_WORKERS) --dist loadfile --durations=30; rc=$$?; \
 	 if [ $$rc -eq 5 ]; then echo "FAIL: pytest collected no tests; CI must not pass empty" >&2; fi; \
 	 exit $$rc
 
