@@ -59,12 +59,14 @@ system-deps:  ## system packages the tests need (Debian's chromium), installed w
 	 fi
 
 # The test run's workers (pytest-xdist), each taking whole files (a module's cluster or Spark session stays in one
-# process). Most of a serial run is waiting (real clusters through faults, JVMs starting, Spark's serial driver), so
-# two workers on two cores overlap that waiting with the other's work; more made the timing-sensitive cluster tests
-# lose their margins on a two-core machine.
-TEST_WORKERS ?= 2
+# process); 0 runs serially. Two workers on two cores take ~37 min where a serial run takes ~65 (most of it is
+# waiting: real clusters through faults, JVMs starting, Spark's serial driver), but the default stays serial until
+# local clusters started at the same moment cannot race for nats-server's port 4222: `LocalCluster._wait_nats_port`
+# takes any server answering on the port for its own, so a cluster that lost the race talked to another's server
+# (seen once in two parallel runs: `hightide bench` got "Authorization Violation").
+TEST_WORKERS ?= 0
 
-test: install java lint system-deps  ## every test tier present (what CI runs), in parallel workers (TEST_WORKERS, default 2)
+test: install java lint system-deps  ## every test tier present (what CI runs), serially, or in TEST_WORKERS parallel workers
 	@$(RUN) pytest tests -n $(TEST_WORKERS) --dist loadfile --durations=30; rc=$$?; \
 	 if [ $$rc -eq 5 ]; then echo "FAIL: pytest collected no tests; CI must not pass empty" >&2; fi; \
 	 exit $$rc
