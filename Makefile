@@ -59,12 +59,11 @@ system-deps:  ## system packages the tests need (Debian's chromium), installed w
 	 fi
 
 # The test run's workers (pytest-xdist), each taking whole files (a module's cluster or Spark session stays in one
-# process); 0 runs serially. Two workers on two cores take ~37 min where a serial run takes ~65 (most of it is
-# waiting: real clusters through faults, JVMs starting, Spark's serial driver), but the default stays serial until
-# local clusters started at the same moment cannot race for nats-server's port 4222: `LocalCluster._wait_nats_port`
-# takes any server answering on the port for its own, so a cluster that lost the race talked to another's server
-# (seen once in two parallel runs: `hightide bench` got "Authorization Violation").
-TEST_WORKERS ?= 0
+# process); 0 runs serially. Two workers on two cores take ~37 min where a serial run takes ~65-80 (most of it is
+# waiting: real clusters through faults, JVMs starting, Spark's serial driver). Local clusters started at the same
+# moment may both find nats-server's port 4222 free: each waits for its own server's log to say it is ready and
+# starts it again on a fresh port if it lost the bind (`LocalCluster._start_nats`), so workers do not share a server.
+TEST_WORKERS ?= 2
 
 test: install java lint system-deps  ## every test tier present (what CI runs), serially, or in TEST_WORKERS parallel workers
 	@$(RUN) pytest tests -n $(TEST_WORKERS) --dist loadfile --durations=30; rc=$$?; \

@@ -1,13 +1,12 @@
 """A real nats-server with JetStream for tests: on a free loopback port, its store in a test's directory.
 
 `NatsServer.stop()` and `start()` again keep the port and the store, so a test can take NATS away and bring it
-back (an outage) with the streams intact. `wait_ready` polls a TCP connect with a deadline; nothing sleeps to
-synchronise.
+back (an outage) with the streams intact. `wait_ready` polls the server's own log for its readiness line with a
+deadline (a TCP connect could reach another process that took the port first); nothing sleeps to synchronise.
 """
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import socket
 import subprocess
@@ -36,6 +35,7 @@ class NatsServer:
         self.directory = directory
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        self._logged_from = 0
 
     @property
     def url(self) -> str:
@@ -44,7 +44,9 @@ class NatsServer:
     def start(self) -> NatsServer:
         assert self.process is None, "already running"
         self.directory.mkdir(parents=True, exist_ok=True)
-        log = open(self.directory / "nats-server.log", "ab")  # noqa: SIM115 (the child keeps it)
+        path = self.directory / "nats-server.log"
+        self._logged_from = path.stat().st_size if path.exists() else 0
+        log = open(path, "ab")  # noqa: SIM115 (the child keeps it)
         self.process = subprocess.Popen(
             [nats_server_binary(), "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.directory / "js")],
             stdout=log,
@@ -54,14 +56,19 @@ class NatsServer:
         return self
 
     def wait_ready(self) -> None:
+        path = self.directory / "nats-server.log"
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             assert self.process is not None
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+            exited = self.process.poll() is not None
+            with open(path, "rb") as f:
+                f.seek(self._logged_from)
+                logged = f.read()
+            assert not exited, f"nats-server exited (see {path})"
+            if b"Server is ready" in logged:
                 return
-            assert self.process.poll() is None, f"nats-server exited (see {self.directory / 'nats-server.log'})"
-            assert time.monotonic() < deadline, "nats-server did not open its port in time"
-            time.sleep(0.02)  # polling for the port, bounded by the deadline above
+            assert time.monotonic() < deadline, "nats-server did not get ready in time"
+            time.sleep(0.02)  # polling the server's log, bounded by the deadline above
 
     def stop(self) -> None:
         if self.process is None:

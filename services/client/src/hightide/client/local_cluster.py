@@ -66,10 +66,21 @@ ARCHIVER_CATCH_UP_S: Final = 75.0
 LAKE_DIR: Final = "lake"
 MAX_NATS_NODES: Final = 5  # JetStream's replica limit: more nodes would add no replica
 NATS_READY_TIMEOUT_S: Final = 30.0
+NATS_LISTEN_TIMEOUT_S: Final = 15.0
+# A port found free may be taken before nats-server binds it (another cluster starting at the same moment: both
+# see 4222 free). The server that loses the bind exits; its ports are chosen afresh, this many times in all.
+NATS_START_ATTEMPTS: Final = 3
+# What nats-server logs once its client listener is bound, and what it logs when the bind fails.
+_NATS_READY_LINE: Final = b"Server is ready"
+_NATS_PORT_TAKEN: Final = b"address already in use"
 
 
 class ClusterError(Exception):
     """The local cluster could not be started or changed; the message says why."""
+
+
+class _NatsPortTaken(ClusterError):
+    """A nats-server of ours exited because another process bound its port first."""
 
 
 def find_nats_server() -> str:
@@ -276,10 +287,27 @@ class LocalCluster:
     def _start_nats(self, nodes: int, authorization: str, admin: Path) -> tuple[str, dict[str, int]]:
         """Start `nodes` nats-server processes (one: the single server of old, its client port 4222 when free; more:
         a routed cluster on free ports), each with the users of `authorization`, and wait until they form one
-        cluster with JetStream answering (asked with `admin`'s credentials). The URL lists every node."""
-        client_ports = [free_port(DEFAULT_NATS_PORT)] + [free_port() for _ in range(nodes - 1)]
-        route_ports = [free_port() for _ in range(nodes)] if nodes > 1 else []
+        cluster with JetStream answering (asked with `admin`'s credentials). The URL lists every node.
+
+        A server is ready when its own log says so, not when something answers on its port: two clusters starting
+        at once both find 4222 free, and the one whose server loses the bind would otherwise take the other's
+        server for its own. The loser's servers are stopped and started again on ports chosen afresh."""
+        for attempt in range(1, NATS_START_ATTEMPTS + 1):
+            preferred = DEFAULT_NATS_PORT if attempt == 1 else None
+            client_ports = [free_port(preferred)] + [free_port() for _ in range(nodes - 1)]
+            route_ports = [free_port() for _ in range(nodes)] if nodes > 1 else []
+            try:
+                return self._start_nats_on(nodes, authorization, admin, client_ports, route_ports)
+            except _NatsPortTaken:
+                if attempt == NATS_START_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _start_nats_on(
+        self, nodes: int, authorization: str, admin: Path, client_ports: list[int], route_ports: list[int]
+    ) -> tuple[str, dict[str, int]]:
         pids: dict[str, int] = {}
+        logged_from: dict[int, int] = {}
         for node in range(1, nodes + 1):
             store = self._nats_store(node, nodes)
             store.mkdir(parents=True, exist_ok=True)
@@ -294,11 +322,13 @@ class LocalCluster:
                 )
             )
             conf.chmod(0o600)
+            log = self._nats_log(node, nodes)
+            logged_from[node] = log.stat().st_size if log.exists() else 0
             pids[str(node)] = self._spawn_nats(node, nodes)
         urls = [f"nats://127.0.0.1:{port}" for port in client_ports]
         try:
-            for node, port in enumerate(client_ports, start=1):
-                self._wait_nats_port(node, nodes, pids[str(node)], port)
+            for node in range(1, nodes + 1):
+                self._wait_nats_listening(node, nodes, pids[str(node)], logged_from[node])
             if nodes > 1 and not _run_async(_nats_cluster_ready(urls, NATS_READY_TIMEOUT_S, admin)):
                 raise ClusterError(
                     f"the {nodes} nats-servers did not form a cluster with JetStream within "
@@ -329,14 +359,28 @@ class LocalCluster:
         )
         return process.pid
 
-    def _wait_nats_port(self, node: int, nodes: int, pid: int, port: int) -> None:
-        deadline = time.monotonic() + 15
+    def _wait_nats_listening(self, node: int, nodes: int, pid: int, logged_from: int) -> None:
+        """Wait until nats-server `pid` logs (past byte `logged_from` of its log: earlier runs wrote the rest) that
+        its client listener is bound. Raise `_NatsPortTaken` if it exited because its port was taken, and
+        ClusterError if it exited for another reason or took too long."""
+        log = self._nats_log(node, nodes)
+        deadline = time.monotonic() + NATS_LISTEN_TIMEOUT_S
         while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-            if not pid_alive(pid) or time.monotonic() > deadline:
-                raise ClusterError(f"nats-server did not start (see {self._nats_log(node, nodes)})")
-            time.sleep(0.05)  # polling for the port to open, bounded by the deadline above
+            alive = pid_alive(pid)  # read before the log: a server that logged and then died is caught next round
+            with open(log, "rb") as f:
+                f.seek(logged_from)
+                logged = f.read()
+            if _NATS_READY_LINE in logged:
+                if alive:
+                    return
+                raise ClusterError(f"nats-server started and then exited (see {log})")
+            if not alive:
+                if _NATS_PORT_TAKEN in logged:
+                    raise _NatsPortTaken(f"nats-server's port was taken by another process (see {log})")
+                raise ClusterError(f"nats-server did not start (see {log})")
+            if time.monotonic() > deadline:
+                raise ClusterError(f"nats-server did not start within {NATS_LISTEN_TIMEOUT_S:.0f} s (see {log})")
+            time.sleep(0.05)  # polling the server's log, bounded by the deadline above
 
     def start_nats_node(self, node: int) -> int:
         """(Re)start one node of a local NATS cluster with its own configuration and store: it rejoins the cluster
