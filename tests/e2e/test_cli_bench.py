@@ -76,7 +76,8 @@ def test_the_produce_bench_runs_a_cluster_beside_the_nats_baselines_and_stops_ev
 def test_the_kafka_bench_measures_confluent_kafka_beside_the_own_client_on_one_cluster(tmp_path: Path) -> None:
     """A tiny run of the Kafka-listener workload (issue 15): confluent-kafka's throughput at 100 B and 16 KiB and
     its produce-to-consume percentiles are measured over the listener, each beside the own client's figure of the
-    same run with the issue's goal, and the cluster is gone afterwards."""
+    same run with the issue's goal (the latency on librdkafka's default producer; the idempotent producer's beside
+    it, with no goal), and the cluster is gone afterwards."""
     result = _hightide(
         "bench", "--workload", "kafka", "--format", "json", "--duration", "0.05", "--data-dir", str(tmp_path)
     )
@@ -92,6 +93,9 @@ def test_the_kafka_bench_measures_confluent_kafka_beside_the_own_client_on_one_c
     assert p99["value"] > 0 and p99["goal"] == "<= 10 ms"
     assert p99["baseline"] == figures["hightide produce->consume 100 B p99 at 10,000/s"]["value"]
     assert figures["confluent-kafka produce->consume 100 B p50 at 10,000/s"]["value"] <= p99["value"]
+    idempotent = figures["confluent-kafka idempotent produce->consume 100 B p99 at 10,000/s"]
+    assert idempotent["value"] > 0 and idempotent["goal"] is None
+    assert figures["confluent-kafka idempotent produce->consume 100 B p50 at 10,000/s"]["value"] <= idempotent["value"]
     assert list(tmp_path.iterdir()) == []
     assert not _processes_mentioning(str(tmp_path)), "a process of the bench cluster is still running"
 

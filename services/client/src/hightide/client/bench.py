@@ -308,6 +308,7 @@ def bench_kafka_figures(work: Path, duration_scale: float) -> list[Figure]:
     small, large = run.kafka
     own_p99, p99 = run.own_latency.p99_ms, run.kafka_latency.p99_ms
     rate = run.kafka_latency.rate_per_s
+    idempotent = run.kafka_latency_idempotent
     return [
         Figure("kafka", own_small.name, own_small.records_per_s, "records/s"),
         Figure(
@@ -338,6 +339,8 @@ def bench_kafka_figures(work: Path, duration_scale: float) -> list[Figure]:
         Figure("kafka", f"{run.own_latency.name} p99 at {rate:,}/s", own_p99, "ms"),
         Figure("kafka", f"{run.kafka_latency.name} p50 at {rate:,}/s", run.kafka_latency.p50_ms, "ms"),
         Figure("kafka", f"{run.kafka_latency.name} p99 at {rate:,}/s", p99, "ms", own_p99, "<= 10 ms", p99 <= 10),
+        Figure("kafka", f"{idempotent.name} p50 at {rate:,}/s", idempotent.p50_ms, "ms"),
+        Figure("kafka", f"{idempotent.name} p99 at {rate:,}/s", idempotent.p99_ms, "ms"),
     ]
 
 
