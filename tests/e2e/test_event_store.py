@@ -12,17 +12,13 @@ a condition with a deadline; the one timed hold is the outage itself, which the 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
-import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -37,6 +33,7 @@ from hightide.runtime.metadata_log import MetadataLog
 from hightide.runtime.nats import connect
 from hightide.runtime.outbox import SUFFIX, OutboxReader, read_cursor
 from support.audited import assert_history_clean
+from support.cluster_cli import Producer
 from support.containers import ContainerCluster, local_cluster
 from support.disk_state import read_disk_state
 
@@ -55,30 +52,6 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     finally:
         local.down()
     assert_history_clean(local.lake)
-
-
-class Producer:
-    """`hightide produce --count --print-acks` in the background, its ack lines collected as they come."""
-
-    def __init__(self, cluster: LocalCluster, topic: str, count: int, rate: int) -> None:
-        command = [sys.executable, "-m", "hightide.client.cli", "produce", topic, "--count", str(count)]
-        command += ["--rate", str(rate), "--print-acks", "--data-dir", str(cluster.data_dir)]
-        self.stderr = cluster.data_dir / "logs" / f"producer-{topic}.err"
-        with open(self.stderr, "w") as stderr:  # a file, not a pipe: a full pipe nobody reads would block it
-            self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True)
-        self.acks: list[dict[str, Any]] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.acks.append(json.loads(line))
-
-    def finish(self, timeout_s: float) -> int:
-        self.process.wait(timeout=timeout_s)
-        self._reader.join(timeout=10)
-        return self.process.returncode
 
 
 def stop_nats(cluster: LocalCluster) -> None:

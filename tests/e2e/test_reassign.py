@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from e2e.test_cluster_failover import CONFIG, consume_all, create_topic, start_producer
+from e2e.test_cluster_failover import CONFIG, consume_all, create_topic
 from hightide.client.local_cluster import LocalCluster
 from support.audited import assert_history_clean
-from support.cluster_cli import active_brokers, describe, hightide, wait_for
+from support.cluster_cli import Producer, active_brokers, describe, hightide, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -53,13 +53,14 @@ def test_moving_a_partition_off_its_leader_under_acks_all_loses_no_acknowledged_
     cluster.start_broker(4)
     wait_for(lambda: len(active_brokers(cluster)) == 4, 60, "broker 4 active")
 
-    producer = start_producer(cluster, topic, 3000, 300)
-    wait_for(lambda: consume_all(cluster, topic, 50), 30, "records flowing")
+    producer = Producer(cluster, topic, 3000, 300)
+    wait_for(lambda: len(producer.acks) >= 300, 30, "records flowing")
     leader = int(describe(cluster, topic)[0]["Leader"])
     target = [b for b in (1, 2, 3) if b != leader] + [4]
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": target}]}))
 
+    assert producer.process.poll() is None, "the producer finished before the reassignment"
     executed = hightide(cluster.data_dir, "reassign", "--reassignment-json-file", str(plan), "--execute")
     assert executed.returncode == 0, executed.stderr
     rollback = json.dumps(
@@ -84,11 +85,11 @@ def test_moving_a_partition_off_its_leader_under_acks_all_loses_no_acknowledged_
     text = wait_for(lambda: completed(cluster, plan), 90, "the reassignment to complete")
     assert text == f"Status of partition reassignment:\nReassignment of partition {topic}-0 is completed.\n"
 
-    out, err = producer.communicate(timeout=180)
-    acks = [json.loads(line) for line in out.splitlines()]
-    assert len(acks) == 3000, err
+    assert producer.finish(timeout_s=180) == 0, producer.stderr.read_text()[-3000:]
+    acks = producer.acks
+    assert len(acks) == 3000
     acknowledged = [a for a in acks if a["error"] is None]
-    assert acknowledged, err
+    assert acknowledged
     records = consume_all(cluster, topic, len(acknowledged))
     by_value = {r["value"]: r["offset"] for r in records}
     assert len(by_value) == len(records), "a value was delivered twice"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -60,3 +62,31 @@ def describe(cluster: LocalCluster, topic: str) -> list[dict[str, str]]:
             columns = line.strip("\t").split("\t")
             partitions.append(dict(c.split(": ", 1) if ": " in c else (c.rstrip(":"), "") for c in columns))
     return partitions
+
+
+class Producer:
+    """`hightide produce --count --rate --print-acks` in the background, its ack lines collected as they come.
+
+    Its stdout is read by a thread as it writes: a pipe nobody reads holds 64 KiB (~850 ack lines), and a producer
+    blocked on it stops producing, so a fault injected after that would hit an idle partition."""
+
+    def __init__(self, cluster: LocalCluster, topic: str, count: int, rate: int, *extra: str) -> None:
+        command = [sys.executable, "-m", "hightide.client.cli", "produce", topic, "--count", str(count)]
+        command += ["--rate", str(rate), "--print-acks", "--data-dir", str(cluster.data_dir), *extra]
+        self.stderr = cluster.data_dir / "logs" / f"producer-{topic}.err"
+        with open(self.stderr, "w") as stderr:  # a file, not a pipe, for the same reason
+            self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        self.acks: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.acks.append(json.loads(line))
+
+    def finish(self, timeout_s: float) -> int:
+        """Wait for the producer to exit (its exit code) and for its last ack lines to be read."""
+        self.process.wait(timeout=timeout_s)
+        self._reader.join(timeout=10)
+        return self.process.returncode
