@@ -359,7 +359,7 @@ def test_a_parked_follower_fetch_is_not_answered_when_another_followers_fetch_mo
     assert cluster.core(3).high_watermark == 1
 
 
-def test_a_parked_follower_fetch_is_answered_at_once_when_new_data_is_appended_carrying_the_new_high_watermark() -> None:
+def test_a_parked_follower_fetch_is_answered_at_once_by_new_data_carrying_the_new_high_watermark() -> None:
     """Given follower 3's fetch parked at the LEO through a HW move (0 -> 1) that did not answer it, when the
     leader appends another record, then 3's fetch is answered at once with that record, and the answer carries the
     HW 1 that 3 had not been told yet: a follower learns the HW from its next answer that carries data."""
