@@ -20,18 +20,21 @@ from support import simulated
 from support.lake_history import write_lake
 
 CLEAN_SEEDS = (1, 2)
-# The first seed (of 1,000-step runs) at which the simulator catches each mutant.
+# The first seed (of 1,000-step runs) at which the simulator catches each mutant (an InvariantViolation), found by
+# running each mutant from seed 0 up after KAFKA-9952 (no HW-only fetch answers to followers) moved every seed. The
+# pins before it had gone stale by then (on that commit the first seeds were 23, 3, none of 0..149, 1, 12, 59, 1, 0,
+# 1 and 4); this test checks only that both audits agree, so nothing had failed.
 MUTANT_SEEDS = {
-    "truncate_to_local_high_watermark": 17,
-    "high_watermark_over_committed_isr_only": 4,
-    "leader_shrinks_isr_on_its_own": 98,
-    "no_divergence_check": 5,
-    "unclean_election": 29,
-    "no_eligible_leader_replicas": 46,
+    "truncate_to_local_high_watermark": 5,
+    "high_watermark_over_committed_isr_only": 1,
+    "leader_shrinks_isr_on_its_own": 36,
+    "no_divergence_check": 9,
+    "unclean_election": 9,
+    "no_eligible_leader_replicas": 170,
     "acknowledge_retries_at_once": 0,
-    "ignore_storage_refusals": 0,
+    "ignore_storage_refusals": 3,
     "retention_on_the_monotonic_clock": 1,
-    "retry_takes_a_new_sequence": 2,
+    "retry_takes_a_new_sequence": 0,
 }
 
 

@@ -28,20 +28,24 @@ from support.client_histories import all_stories
 from support.lake_history import write_lake
 
 STEPS = 2_000
-CLEAN_SEED = 7  # its acks=1 producer loses acknowledged records in leader changes: attributed D4 findings
-# Mutant runs whose clients saw broken promises (found by auditing seeds 0..59 of each mutant, 0..129 of the last,
-# with the simulated producers' five batches in flight), and whether the audit must call them violations: the first
-# two also had a last-known-leader election, to which the audit attributes what the consumer saw (the mutants' own
-# faults are caught by the replica and commit checks).
+# Its acks=1 producer loses acknowledged records in leader changes: attributed D4 findings. Since KAFKA-9952 (no
+# HW-only fetch answers to followers) the first seed that does, found by auditing seeds 0 up (seed 7 did before).
+CLEAN_SEED = 0
+# Mutant runs whose clients saw broken promises (found since KAFKA-9952 by auditing seeds 0..149 of the first two
+# mutants, 0..199 of the last, with the simulated producers' five batches in flight; the first seed that shows what
+# each comment says), and whether the audit must call them violations: the first two also had a last-known-leader
+# election, to which the audit attributes what the consumer saw (the mutants' own faults are caught by the replica
+# and commit checks). Before KAFKA-9952 the seeds were 17, 1 and 129.
 MUTANT_RUNS = (
-    # offsets re-read with other values after the last-known-leader election (D4), attributed
-    ("acknowledge_retries_at_once", 17, False),
+    # offsets re-read with other values after the last-known-leader election (D4), attributed (and one read out of
+    # order, E3, attributed too: no seed of 0..149 shows D4 alone)
+    ("acknowledge_retries_at_once", 89, False),
     # KIP-101: the consumer reads offsets out of order (E3) and an acknowledged offset reads another value (D4),
     # both attributed to the last-known-leader election that followed
-    ("truncate_to_local_high_watermark", 1, False),
+    ("truncate_to_local_high_watermark", 17, False),
     # without KIP-966 a replica that lost its tail leads: an offset read with one value later reads another (D4),
-    # with no election or acks=1 loss to explain it, a violation
-    ("no_eligible_leader_replicas", 129, True),
+    # with no election or acks=1 loss to explain it, a violation (seed 89 before it also breaks E3)
+    ("no_eligible_leader_replicas", 158, True),
 )
 
 
@@ -99,18 +103,20 @@ def test_the_hand_written_stories_give_the_same_findings(spark: SparkSession, tm
 
 # -- issue 12 (gaps) ----------------------------------------------------------------------------------------------
 
-RETAINED_AWAY_SEED = 212  # its producer's first batches are retried after retention removed the batches they duplicate
+# Its producer's first batches are retried after retention removed the batches they duplicate. Since KAFKA-9952 the
+# first seed that does, found by auditing seeds 0 up (seed 212 did before).
+RETAINED_AWAY_SEED = 29
 
 
 def test_a_duplicate_after_retention_removed_the_producer_state_is_attributed(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """Seed 212 (KIP-360's case): p1-0, the producer's first batch (sequence 0), is appended at offset 0 but its
-    answer is lost; the producer retries it through leader changes while retention moves the log start to 22, so
-    the leader elected last rebuilt its producer table from a log without that batch and appends the retry again at
-    23 (and answers it there); p1-5, p1-6, p1-7 and p1-11, first at 5 to 8, are appended again at 24 to 29 the same
-    way. Kafka's idempotence holds only while the producer's state is retained: each duplicate is attributed, not a
-    violation, on both sides."""
+    """Seed 29 (KIP-360's case): p1-12, the first batch (sequence 0) of producer 1's new producer id, and the batches
+    after it (p1-13 to p1-17 and p1-19 to p1-23) are appended by leader 2 at offsets 8 to 24 but not acknowledged
+    before it goes; the next leader's retention moves the log start to 43, so the leader elected last (broker 3) holds
+    no batch of that producer and appends the retries again at 43 to 53 (and answers them there). Kafka's
+    idempotence holds only while the producer's state is retained: each duplicate is attributed, not a violation, on
+    both sides."""
     python, on_spark = both_audits(spark, simulated(RETAINED_AWAY_SEED), tmp_path / "lake")
     assert on_spark == python
     assert [f for f in python if f.is_violation] == []
@@ -118,9 +124,15 @@ def test_a_duplicate_after_retention_removed_the_producer_state_is_attributed(
         (f.records, f.first_offset, f.last_offset, f.cause) for f in python if f.invariant == "no_duplicates"
     )
     assert duplicates == [
-        (("p1-0",), 0, 23, "producer_state_retention"),
-        (("p1-11",), 8, 29, "producer_state_retention"),
-        (("p1-5",), 5, 24, "producer_state_retention"),
-        (("p1-6",), 6, 25, "producer_state_retention"),
-        (("p1-7",), 7, 26, "producer_state_retention"),
+        (("p1-12",), 8, 43, "producer_state_retention"),
+        (("p1-13",), 9, 44, "producer_state_retention"),
+        (("p1-14",), 10, 45, "producer_state_retention"),
+        (("p1-15",), 11, 46, "producer_state_retention"),
+        (("p1-16",), 12, 47, "producer_state_retention"),
+        (("p1-17",), 13, 48, "producer_state_retention"),
+        (("p1-19",), 20, 49, "producer_state_retention"),
+        (("p1-20",), 21, 50, "producer_state_retention"),
+        (("p1-21",), 22, 51, "producer_state_retention"),
+        (("p1-22",), 23, 52, "producer_state_retention"),
+        (("p1-23",), 24, 53, "producer_state_retention"),
     ]

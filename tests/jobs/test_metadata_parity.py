@@ -116,9 +116,11 @@ def test_spark_finds_what_python_finds_on_hand_written_histories(spark: SparkSes
     assert spark_findings(spark, clean_lives(), tmp_path / "clean") == []
 
 
-@pytest.mark.parametrize("seed", [4, 25])
+@pytest.mark.parametrize("seed", [2, 3])
 def test_spark_and_python_agree_and_find_nothing_on_a_clean_run(spark: SparkSession, tmp_path: Path, seed: int) -> None:
-    """Both seeds have ELR elections; seed 4 two controller failovers, seed 25 last-known-leader elections."""
+    """Both seeds have ELR elections; seed 2 two controller failovers, seed 3 a last-known-leader election. Since
+    KAFKA-9952 the first seeds that do (seeds 0 up, their LeaderElected and ControllerElected counted); seeds 4 and
+    25 were pinned before, and by then neither had an ELR election (4 had three failovers)."""
     history = simulated(seed)
     assert python_findings(history) == []
     assert spark_findings(spark, history, tmp_path / "lake") == []

@@ -85,7 +85,9 @@ def _assert_lists_agree(spark: SparkSession, history: list[Envelope], lake: Path
     return seen[0], seen[1]
 
 
-@pytest.mark.parametrize("seed", [107, 109])
+# Since KAFKA-9952 the first two faulty runs from seed 100 with a replica offline at some instant (107 and 109 were
+# before, and no longer have one): found by running seeds 100 up through the plain rebuild at these instants.
+@pytest.mark.parametrize("seed", [102, 105])
 def test_spark_lists_equal_the_python_rebuild_at_every_instant_of_a_faulty_run(
     spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:

@@ -129,7 +129,10 @@ def _assert_states_agree(spark: SparkSession, history: list[Envelope], lake: Pat
     assert got_replicas[instants[-1]], "the last instant holds every event: replicas exist"
 
 
-@pytest.mark.parametrize("seed", [103, 107])
+# Since KAFKA-9952 the first two faulty runs from seed 100 with all four kinds below (103 and 107 were before, and
+# no longer have a replica offline): found by running seeds 100 up. Between them they have the module docstring's
+# lossy crashes (102), divergence truncations, controller failovers (105), retention and offline replicas.
+@pytest.mark.parametrize("seed", [102, 105])
 def test_spark_state_equals_the_python_rebuild_at_every_instant_of_a_faulty_run(
     spark: SparkSession, tmp_path: Path, seed: int
 ) -> None:

@@ -1,7 +1,8 @@
 """The postmortem page shows a history's story: what a person sees when they open it, not only that a file exists.
 
-Method: a simulated run with unclean elections allowed (seed 21: two unclean elections, then followers truncated
-below their high watermarks) is archived into a real lake; the audit's findings for it are given (one loss
+Method: a simulated run with unclean elections allowed (seed 1: two unclean elections, then followers truncated
+below their high watermarks; since KAFKA-9952 the first seed that does, found by running seeds 0 up, where seed 21
+did before) is archived into a real lake; the audit's findings for it are given (one loss
 attributed to the unclean election, one violation), as the audit runner would hand them over. Spark collects the
 page's data (`report_data`, with `hightide.history.rebuild.timelines`), the page is rendered, and Debian's headless
 Chromium opens it with no network: the DOM after its scripts ran must hold the drawn plotly graphs (their SVG, each
@@ -48,7 +49,7 @@ from hightide.protocol.envelope import Envelope
 from simulation.simulator import SimConfig, Simulation
 from support.lake_history import write_lake
 
-SEED = 21
+SEED = 1
 STEPS = 3_000
 CHROMIUM_TIMEOUT_S = 120
 WINDOW = (1400, 2000)  # the screenshot's size in CSS pixels

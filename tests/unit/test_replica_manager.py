@@ -297,6 +297,112 @@ def test_a_follower_fetch_read_again_from_the_purgatory_does_not_move_its_state_
     assert cluster.core(1).remotes[2].log_end_offset == 0, "its LEO is recorded by its next fetch, not by a re-read"
 
 
+# -- KAFKA-9952: a moved high watermark answers consumers, not followers -----------------------------------------
+
+WAIT_MS = 500  # the Cluster's replica.fetch.wait.max.ms
+
+
+def carry(cluster: Cluster, source: int, destination: int) -> None:
+    """Deliver what `source` has sent `destination` so far, and nothing else: the rest waits in the outboxes."""
+    broker = cluster.brokers[source]
+    taken = [(d, m) for d, m in broker.outbox if d == destination]
+    broker.outbox = [(d, m) for d, m in broker.outbox if d != destination]
+    for _, message in taken:
+        cluster._deliver(source, destination, message)
+
+
+def fetch_answers(cluster: Cluster, follower: int) -> list[wire.FetchResponse]:
+    """The leader's answers to `follower`'s fetches, not carried yet."""
+    return [
+        m.body
+        for d, m in cluster.brokers[1].outbox
+        if d == follower and isinstance(m, Answer) and isinstance(m.body, wire.FetchResponse)
+    ]
+
+
+def hw_moved_by_follower_2_while_3_waits(cluster: Cluster) -> int:
+    """Given leader 1 with the followers' fetches parked (nothing to read), an acks=all record appended and carried
+    to follower 3 first: 3 appends it and fetches again at the leader's LEO (1), where its fetch is parked (the HW
+    is 0: follower 2 is still at 0). Then 2 gets the record and fetches at 1: the HW moves to 1 and the produce is
+    acknowledged. Returns the produce's tag."""
+    cluster.route(rounds=2)  # the followers' fetches are parked at the leader: nothing to read
+    assert fetch_answers(cluster, 2) == fetch_answers(cluster, 3) == []
+    tag = cluster.produce(1, encode_batch([b"a"], timestamps=T0))
+    carry(cluster, 1, 3)  # the leader's answer to 3, with the record
+    carry(cluster, 3, 1)  # 3's next fetch, at 1
+    assert cluster.core(1).remotes[3].log_end_offset == 1 and cluster.core(1).high_watermark == 0
+    assert fetch_answers(cluster, 3) == [], "3's fetch at the LEO waits: nothing to read"
+    carry(cluster, 1, 2)  # the leader's answer to 2, with the record
+    carry(cluster, 2, 1)  # 2's next fetch, at 1: the HW moves
+    assert cluster.core(1).high_watermark == 1
+    assert ErrorCode(only_partition(cluster.answered(PRODUCER, tag)).error) is ErrorCode.NONE
+    return tag
+
+
+def test_a_parked_follower_fetch_is_not_answered_when_another_followers_fetch_moves_the_high_watermark() -> None:
+    """Given leader 1 with follower 3's fetch parked at the LEO, when follower 2's fetch moves the HW from 0 to 1,
+    then 3's fetch stays parked: a HW move alone answers no follower (Kafka's DelayedFetch since KAFKA-9952 completes
+    a follower's fetch on bytes past its offset, an error, a divergence or its max wait). It is answered at its
+    max wait (replica.fetch.wait.max.ms), empty and carrying the new HW, which 3 then takes."""
+    cluster = replicated(Cluster())
+    hw_moved_by_follower_2_while_3_waits(cluster)
+    assert fetch_answers(cluster, 3) == [], "the HW moved, but 3's fetch has nothing to read: it stays parked"
+    assert fetch_answers(cluster, 2) == [], "2's own fetch, which moved the HW, has nothing to read either"
+    cluster.advance(WAIT_MS - 1)
+    assert fetch_answers(cluster, 3) == []
+    cluster.advance(1)  # 3's fetch was parked WAIT_MS ago
+    (answer,) = fetch_answers(cluster, 3)
+    (partition,) = answer.partitions
+    assert (partition.records, partition.high_watermark) == (b"", 1)
+    assert cluster.core(3).high_watermark == 0
+    carry(cluster, 1, 3)
+    assert cluster.core(3).high_watermark == 1
+
+
+def test_a_parked_follower_fetch_is_answered_at_once_by_new_data_carrying_the_new_high_watermark() -> None:
+    """Given follower 3's fetch parked at the LEO through a HW move (0 -> 1) that did not answer it, when the
+    leader appends another record, then 3's fetch is answered at once with that record, and the answer carries the
+    HW 1 that 3 had not been told yet: a follower learns the HW from its next answer that carries data."""
+    cluster = replicated(Cluster())
+    hw_moved_by_follower_2_while_3_waits(cluster)
+    cluster.produce(1, encode_batch([b"b"], timestamps=T0))
+    (answer,) = fetch_answers(cluster, 3)
+    (partition,) = answer.partitions
+    assert [r.value for _, records in decode_batches(partition.records) for r in records] == [b"b"]
+    assert partition.high_watermark == 1
+    carry(cluster, 1, 3)
+    assert (cluster.core(3).log_end_offset, cluster.core(3).high_watermark) == (2, 1)
+
+
+def test_a_consumer_fetch_parked_at_the_high_watermark_is_answered_when_the_high_watermark_passes_it() -> None:
+    """Given leader 1 with HW 1 and a consumer's fetch parked at offset 1 (the HW: nothing it may read), when a
+    record is appended at 1, then the consumer is not answered while only follower 3 has it (the HW stays 1); when
+    follower 2's fetch moves the HW to 2, the consumer's fetch is answered in that same input, with the record and
+    HW 2: the HW passing a consumer's offset gives it records to read (Kafka's DelayedFetch, HIGH_WATERMARK
+    isolation), so consumers see a record as soon as it is committed, not at their max wait."""
+    cluster = replicated(Cluster())
+    cluster.produce(1, encode_batch([b"a"], timestamps=T0))
+    cluster.route(rounds=4)
+    assert cluster.core(1).high_watermark == 1
+    cluster.advance(WAIT_MS)  # the followers' fetches at 1 are answered at their max wait, and park again
+    cluster.route(rounds=2)
+    waiting = cluster.fetch(1, 1, max_wait_ms=10_000)
+    assert cluster.answered(CONSUMER, waiting) is None, "nothing below the HW past offset 1"
+    cluster.produce(1, encode_batch([b"b"], timestamps=T0))
+    assert cluster.answered(CONSUMER, waiting) is None, "an append above the HW answers no consumer"
+    carry(cluster, 1, 3)
+    carry(cluster, 3, 1)  # 3 has the record: the HW stays 1 (2 is at 1)
+    assert cluster.core(1).high_watermark == 1 and cluster.answered(CONSUMER, waiting) is None
+    carry(cluster, 1, 2)
+    carry(cluster, 2, 1)  # 2 has it: the HW moves to 2
+    assert cluster.core(1).high_watermark == 2
+    answer = cluster.answered(CONSUMER, waiting)
+    assert isinstance(answer, wire.FetchResponse)
+    (partition,) = answer.partitions
+    assert [r.value for _, records in decode_batches(partition.records) for r in records] == [b"b"]
+    assert partition.high_watermark == 2
+
+
 # -- follower sessions ------------------------------------------------------------------------------------------
 
 
@@ -319,6 +425,8 @@ def test_a_follower_follows_its_leaders_log_start_offset() -> None:
     cluster.produce(1, encode_batch([b"a"], timestamps=T0), acks=1)
     cluster.produce(1, encode_batch([b"b"], timestamps=T0), acks=1)
     cluster.route(rounds=4)
+    cluster.advance(500)  # the followers learn the HW their fetches made at their max wait (KAFKA-9952)
+    cluster.route(rounds=2)
     assert cluster.core(2).high_watermark == 2
     leader = cluster.brokers[1]
     assert leader.manager is not None

@@ -19,8 +19,10 @@ fetches from. It owns the rules of a session, as Kafka's:
   beyond Kafka's, a partition not named and unchanged since the session's last read of it at its LEO is answered
   from that read (`CachedPartition.answer`, the replica manager's `_unchanged`), only the follower's state moving,
   and answers only the partitions that have something to say: records, a high watermark or log start offset that
-  moved since the last answer, an error (after which the cached HW is -1, so the partition is answered again once
-  the error is gone) or a diverging epoch (`CachedPartition.must_respond`); and, beyond Kafka's rule, every
+  moved since the last answer (carried by an answer that goes for another reason: records, an error, a divergence
+  or the fetch's max wait; a moved HW alone sends no answer to a follower, KAFKA-9952, as in Kafka's DelayedFetch),
+  an error (after which the cached HW is -1, so the partition is answered again once the error is gone) or a
+  diverging epoch (`CachedPartition.must_respond`); and, beyond Kafka's rule, every
   partition the fetch names. A follower names a partition when its own state moved (an append, a truncation, a new
   log start or epoch), and after a truncation its HW is below the leader's although the leader's has not moved:
   Kafka's follower learns it again only at the leader's next HW move, Hightide's in the answer (so the answers a

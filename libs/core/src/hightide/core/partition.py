@@ -497,8 +497,10 @@ class Partition:
         if not self.log_start_offset <= fetch.fetch_offset <= self.log_end_offset:
             return [self._serve(replica_id, fetch, ErrorCode.OFFSET_OUT_OF_RANGE)]
         # The follower's position moves the HW first, and the answer carries the HW it has just set (seeds 000
-        # and 003; in Kafka a parked fetch woken by the HW change answers the same). A follower still learns
-        # the HW that its data made one round after the data: the seeds' two round trips.
+        # and 003). A follower still learns the HW that its data made one round after the data: the seeds' two
+        # round trips. That answer is not hurried for the HW alone: with nothing to return, the fetch waits in the
+        # replica manager's purgatory for data or its max wait (Kafka's DelayedFetch since KAFKA-9952), and then
+        # carries the HW of that moment.
         effects: list[Effect] = []
         if replica_id != CONSUMER_REPLICA_ID and update_follower:
             effects += self._update_follower(replica_id, broker_epoch, fetch, now_ms)

@@ -9,11 +9,15 @@ clocks, carry out the effects on a disk (real or simulated) and a network, and f
   deleted, not reused;
 - produce admission: leadership, the batches validated once (`validation`), the idempotent producer's check
   (inside the `Partition`), min ISR; and the produce purgatory: a request is answered when every partition is;
-- fetch serving and the fetch purgatory (Kafka's DelayedFetch): a fetch with nothing to return waits until new
-  data, a HW change, or `max_wait_ms`; a read from the purgatory does not update follower state again; what is known
-  not to have changed is not read again (a parked fetch re-reads only the partitions touched since its last read; an
-  incremental session answers an unchanged partition it does not name from its last read), by each partition's
-  version (`_version`: moved whenever its core changes, for all partitions when the metadata moves);
+- fetch serving and the fetch purgatory (Kafka's DelayedFetch): a fetch with nothing to return waits until it has
+  data enough for its min bytes (a consumer's below the HW, so a HW move past its offset answers it; a follower's
+  below the LEO), an error or a diverging epoch, or until `max_wait_ms`. A HW move alone answers no follower: as in
+  Kafka since KAFKA-9952 (which undid KIP-392's immediate answers because they raised follower fetch rates,
+  KAFKA-9731), a follower learns the new HW from its next answer that carries data, or at its max wait. A read from
+  the purgatory does not update follower state again; what is known not to have changed is not read again (a
+  parked fetch re-reads only the partitions touched since its last read; an incremental session answers an
+  unchanged partition it does not name from its last read), by each partition's version (`_version`: moved
+  whenever its core changes, for all partitions when the metadata moves);
 - list offsets, OffsetsForLeaderEpoch and metadata answers;
 - the follower fetch sessions (Kafka's ReplicaFetcherThread, one per leader): one fetch in flight per leader with
   every partition followed from it, the next one sent when the answer is applied, or after the backoff; each in an
@@ -295,7 +299,6 @@ class ReplicaManager:
         self._parked: dict[int, _ParkedFetch] = {}
         # The parked fetches naming each partition: an append or a core's change visits only its own fetches.
         self._parked_on: dict[TopicPartition, dict[int, _ParkedFetch]] = {}
-        self._hw_told: dict[tuple[int, TopicPartition], int] = {}
         self._sessions: dict[int, _FetchSession] = {}
         self._fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         # What fetch answers were read at (`_version`): bumped for a partition whenever its core changes, for all
@@ -452,8 +455,10 @@ class ReplicaManager:
     def on_fetch(self, request_id: int, request: wire.FetchRequest, now: Now) -> list[Effect]:
         """Kafka's fetchMessages: read every partition now (an incremental fetch: every partition of its session,
         `fetch_session`); answer at once if there is something to say (data enough for min_bytes, an error, a
-        divergence, a follower's HW moved) or max_wait_ms is 0; otherwise park the fetch until one of its
-        partitions changes or its wait is over (`poll` answers it then). A session error is answered at once."""
+        divergence) or max_wait_ms is 0; otherwise park the fetch until one of its partitions changes so that it
+        has, or its wait is over (`poll` answers it then). A session error is answered at once. A HW that moved is
+        no reason to answer a follower (Kafka's DelayedFetch since KAFKA-9952: its fetch completes on bytes past
+        its offset, not on the HW); a consumer reads below the HW, so the HW passing its offset gives it data."""
         assert request_id not in self._parked, request_id
         context = self._fetch_sessions.context(request, now.mono_ms)
         if context.error is not ErrorCode.NONE:
@@ -508,10 +513,6 @@ class ReplicaManager:
             read.answers.append(answer)
             read.served.append(served)
             read.ready = read.ready or answer.error != 0 or answer.diverging_epoch >= 0
-            if request.replica_id >= 0 and answer.error == 0:
-                told = self._hw_told.get((request.replica_id, tp))
-                read.ready = read.ready or told != answer.high_watermark
-                self._hw_told[(request.replica_id, tp)] = answer.high_watermark
         read.ready = read.ready or size >= max(request.min_bytes, 1)
         return read
 
@@ -1082,7 +1083,9 @@ class ReplicaManager:
 
     def _absorb(self, tp: TopicPartition, effects: list[Effect]) -> list[Effect]:
         """A core's effects as the shell sees them: produce completions become answers (when the whole request
-        is done), and appends or a moved HW wake the fetches parked on the partition."""
+        is done), and appends, truncations or a moved HW wake the fetches parked on the partition to be read again.
+        A woken fetch is answered only if its re-read has something to say: a moved HW gives a consumer's fetch
+        records to read, but no follower's (KAFKA-9952)."""
         out: list[Effect] = []
         for effect in effects:
             if isinstance(effect, CompleteProduce):
