@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -220,6 +220,43 @@ def replica_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame, D
     and carried through the windows is narrow. Every window is over one replica's rows in one order, so the rows
     are shuffled and sorted once (a window over a finer partition, such as the log start's group, would sort them
     again: see how the log start is computed below)."""
+    rows = _replica_rows(events, scope)
+    by_replica = Window.partitionBy(*scope, *REPLICA_KEY).orderBy(*REPLICA_ORDER)
+    running = by_replica.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    before = by_replica.rowsBetween(Window.unboundedPreceding, -1)
+    gone = F.col("gone")
+    # A replica starts afresh at its first event and at the event after it went: unset values are 0 there.
+    fresh = F.coalesce(F.lag(gone.cast("int")).over(by_replica), F.lit(1)) == 1
+    gone_before = F.coalesce(F.sum(gone.cast("int")).over(before), F.lit(0))
+    staged = rows.select(
+        "*",
+        fresh.alias("fresh"),
+        F.row_number().over(by_replica).cast("long").alias("_i"),
+        F.lead(F.lit(True)).over(by_replica).isNull().alias("_last"),  # the replica's last row: its final state
+        (F.sum(F.col("_ls_sets").cast("int")).over(running) + gone_before).alias("ls_group"),
+        (F.sum(F.col("_ep_resets").cast("int")).over(running) + gone_before).alias("ep_group"),
+    )
+    # The log start is the value its group's first row set (0 if that row set none), lowered by every truncation
+    # since: a group begins at a setter or a fresh row, so the first is the last such row's value; and the least
+    # truncation of the row's own group is the greatest (group, -truncated_to) so far (groups only grow).
+    opened_group = F.when(F.col("_ls_sets") | F.col("fresh"), F.struct(F.col("_ls_set").alias("v")))
+    lowest = F.max(F.struct("ls_group", (-F.col("_ls_lowered")).alias("v"))).over(running)
+    with_offsets = staged.select(
+        "*",
+        F.last(_or_zero_when_fresh(F.col("_leo_set")), ignorenulls=True).over(running).alias("log_end_offset"),
+        F.last(_or_zero_when_fresh(F.col("_hw_set")), ignorenulls=True).over(running).alias("high_watermark"),
+        F.least(
+            F.coalesce(F.last(opened_group, ignorenulls=True).over(running).v, F.lit(0).cast("long")),
+            F.when(lowest.ls_group == F.col("ls_group"), -lowest.v),
+        ).alias("log_start_offset"),
+    )
+    return _with_epochs(with_offsets, scope)
+
+
+def _replica_rows(events: DataFrame, scope: Scope) -> DataFrame:
+    """The replica events, each parsed into the values the replica fold reads: what it sets (`_leo_set`, `_hw_set`,
+    `_ls_set` where `_ls_sets`), lowers (`_ls_lowered`) or resets (`_ep_resets`), its epoch cache operation (`_op`),
+    and whether it opens (`_open`), truncates (`_truncated`) or takes the replica away (`gone`)."""
     kind, p = F.col("type"), F.col("p")
     is_open, is_gone = kind == ev.LogOpened.TYPE, kind.isin(*_GONE_TYPES)
     truncated = kind == ev.LogTruncated.TYPE
@@ -251,36 +288,7 @@ def replica_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame, D
         _epoch_operation(kind, p).alias("_op"),
         F.when(is_open, p.leader_epochs).alias("_opened_epochs"),
     )
-    by_replica = Window.partitionBy(*scope, *REPLICA_KEY).orderBy(*REPLICA_ORDER)
-    running = by_replica.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    before = by_replica.rowsBetween(Window.unboundedPreceding, -1)
-    gone = F.col("gone")
-    # A replica starts afresh at its first event and at the event after it went: unset values are 0 there.
-    fresh = F.coalesce(F.lag(gone.cast("int")).over(by_replica), F.lit(1)) == 1
-    gone_before = F.coalesce(F.sum(gone.cast("int")).over(before), F.lit(0))
-    staged = rows.select(
-        "*",
-        fresh.alias("fresh"),
-        F.row_number().over(by_replica).cast("long").alias("_i"),
-        F.lead(F.lit(True)).over(by_replica).isNull().alias("_last"),  # the replica's last row: its final state
-        (F.sum(F.col("_ls_sets").cast("int")).over(running) + gone_before).alias("ls_group"),
-        (F.sum(F.col("_ep_resets").cast("int")).over(running) + gone_before).alias("ep_group"),
-    )
-    # The log start is the value its group's first row set (0 if that row set none), lowered by every truncation
-    # since: a group begins at a setter or a fresh row, so the first is the last such row's value; and the least
-    # truncation of the row's own group is the greatest (group, -truncated_to) so far (groups only grow).
-    opened_group = F.when(F.col("_ls_sets") | F.col("fresh"), F.struct(F.col("_ls_set").alias("v")))
-    lowest = F.max(F.struct("ls_group", (-F.col("_ls_lowered")).alias("v"))).over(running)
-    with_offsets = staged.select(
-        "*",
-        F.last(_or_zero_when_fresh(F.col("_leo_set")), ignorenulls=True).over(running).alias("log_end_offset"),
-        F.last(_or_zero_when_fresh(F.col("_hw_set")), ignorenulls=True).over(running).alias("high_watermark"),
-        F.least(
-            F.coalesce(F.last(opened_group, ignorenulls=True).over(running).v, F.lit(0).cast("long")),
-            F.when(lowest.ls_group == F.col("ls_group"), -lowest.v),
-        ).alias("log_start_offset"),
-    )
-    return _with_epochs(with_offsets, scope)
+    return rows
 
 
 def _or_zero_when_fresh(value: Column) -> Column:
@@ -377,12 +385,25 @@ def _op(kind: int, a: Column, b: Column | None = None) -> Column:
 def _epoch_step(cache: Column, step: Column) -> Column:
     """One of LeaderEpochFileCache's mutators (`hightide.audit.epochs`) on the live entries (e, s, f: the row that
     added it); the entries it removes join `dead` with t, the operation's row."""
-    live, op, at = cache.live, step._op, step._i
+    at = step._i
 
     def removing(kept: Column, removed: Column) -> Column:
         ended = F.transform(removed, lambda x: F.struct(x.e.alias("e"), x.s.alias("s"), x.f.alias("f"), at.alias("t")))
         return F.struct(kept.alias("live"), F.concat(cache.dead, ended).alias("dead"))
 
+    return _epoch_change(cache.live, step._op, at, removing, cache)
+
+
+def _live_step(live: Column, step: Column) -> Column:
+    """`_epoch_step` on the live entries alone (what the cache holds after the operation)."""
+    return _epoch_change(live, step._op, step._i, lambda kept, _: kept, live)
+
+
+def _epoch_change(
+    live: Column, op: Column, at: Column, removing: Callable[[Column, Column], Column], unchanged: Column
+) -> Column:
+    """The cache after `op` on the `live` entries, as `removing(kept entries, removed entries)` makes it (or
+    `unchanged`); an entry it adds has f = `at`."""
     # assign: unchanged for a negative entry (Kafka refuses it) or a later batch of the latest epoch; else the entries
     # from the end that would break the order go (maybeTruncateNonMonotonicEntries) and (epoch, start) is appended.
     epoch, start = op.a, op.b
@@ -406,8 +427,80 @@ def _epoch_step(cache: Column, step: Column) -> Column:
         F.when((op.kind == _ASSIGN) & ~same, assigned)
         .when((op.kind == _TRUNCATE_FROM_END) & (end >= 0), from_end)
         .when((op.kind == _TRUNCATE_FROM_START) & (op.a >= 0) & (F.size(removed) > 0), from_start)
-        .otherwise(cache)
+        .otherwise(unchanged)
     )
+
+
+def final_replica_states(events: DataFrame, scope: Scope = ()) -> DataFrame:
+    """`final_replicas(*replica_timeline(events, scope))` without the timeline: each live replica's state after all
+    its events, from one aggregate per replica (its rows in `REPLICA_ORDER`, folded with array functions), for a
+    state at an instant, which needs no state but the last. The rules are the timeline's: the values set since the
+    replica last went (0 where none was), the log start its last setter left lowered by every truncation since, and
+    the epoch cache the operations since its last reset leave (`_live_step`). Its plan is one shuffle and one
+    aggregate where the timeline's is a window over every row, the epoch timeline's aggregate and window, and two
+    joins: in a fresh JVM planning that cost more than folding the rows."""
+    fields = [*REPLICA_ORDER, "wall_ms", "event_id", "gone", *_FINAL_FIELDS]
+    folded = (
+        _replica_rows(events, scope)
+        .groupBy(*scope, *REPLICA_KEY)
+        .agg(F.sort_array(F.collect_list(F.struct(*fields))).alias("_rows"))
+    )
+    rows = F.col("_rows")
+    count = F.size(rows)
+    # The rows since the replica last went (all of them if it never did); the first of them starts afresh.
+    went = F.coalesce(F.array_max(F.transform(rows, lambda x, i: F.when(x.gone, i + 1).otherwise(0))), F.lit(0))
+    since = F.slice(rows, went + 1, count - went)
+    last = F.try_element_at(rows, F.lit(-1))
+
+    def last_set(field: str) -> Column:
+        value = F.try_element_at(F.filter(since, lambda x: x[field].isNotNull()), F.lit(-1))[field]
+        return F.coalesce(value, F.lit(0).cast("long"))
+
+    def since_last(flag: str) -> Column:
+        """The rows from the last one with `flag` set (or from the fresh first row) on."""
+        start = F.array_max(F.transform(since, lambda x, i: F.when(x[flag], i + 1).otherwise(1)))
+        return F.slice(since, start, F.size(since) - start + 1)
+
+    group = since_last("_ls_sets")
+    lowered = F.array_min(F.transform(F.filter(group, lambda x: x._ls_lowered.isNotNull()), lambda x: x._ls_lowered))
+    cache = since_last("_ep_resets")
+    initial = F.transform(
+        F.coalesce(F.try_element_at(cache, F.lit(1))._opened_epochs, F.array().cast(EPOCHS_TYPE)),
+        lambda x: F.struct(x[0].alias("e"), x[1].alias("s"), F.lit(0).cast("long").alias("f")),
+    )
+    operations = F.transform(
+        F.filter(cache, lambda x: x._op.isNotNull()), lambda x: F.struct(F.lit(0).cast("long").alias("_i"), x._op)
+    )
+    held = F.sort_array(
+        F.transform(
+            F.aggregate(operations, initial, _live_step),
+            lambda x: F.struct(x.s.alias("start_offset"), x.e.alias("leader_epoch")),
+        )
+    )
+    return folded.where(~last.gone).select(
+        *scope,
+        *REPLICA_KEY,
+        F.least(F.coalesce(F.try_element_at(group, F.lit(1))._ls_set, F.lit(0).cast("long")), lowered).alias(
+            "log_start_offset"
+        ),
+        last_set("_leo_set").alias("log_end_offset"),
+        last_set("_hw_set").alias("high_watermark"),
+        F.transform(held, lambda x: F.array(x.leader_epoch, x.start_offset)).alias("epoch_entries"),
+        last.wall_ms.alias("wall_ms"),
+        last.event_id.alias("event_id"),
+    )
+
+
+_FINAL_FIELDS: Final = (
+    "_leo_set",
+    "_hw_set",
+    "_ls_sets",
+    "_ls_set",
+    "_ls_lowered",
+    "_ep_resets",
+    "_op",
+    "_opened_epochs",
+)
 
 
 # -- partitions --------------------------------------------------------------------------------------------------
@@ -426,7 +519,7 @@ def controller_side(events: DataFrame) -> DataFrame:
     held = _CONTROLLER_SIDE.get(events)
     if held is None:
         rows = events.where(F.col("type").isin(*CONTROLLER_TYPES, *STAMPED_TYPES)).repartition(1)
-        held = _CONTROLLER_SIDE[events] = rows.localCheckpoint(eager=False)
+        held = _CONTROLLER_SIDE[events] = rows.localCheckpoint(eager=True)
     return held
 
 
@@ -435,7 +528,21 @@ _CONTROLLER_SIDE: Final[weakref.WeakKeyDictionary[DataFrame, DataFrame]] = weakr
 
 def controller_events(events: DataFrame, scope: Scope = ()) -> DataFrame:
     """The controller-side events (metadata and controller terms) with their payload fields as columns; stamps of
-    version 1 events (no stamp) read as -1."""
+    version 1 events (no stamp) read as -1. Built once per (`events`, `scope`): metadata order and the stamped
+    decisions both read it."""
+    by_scope = _CONTROLLER_EVENTS.setdefault(events, {})
+    held = by_scope.get(tuple(scope))
+    if held is None:
+        held = by_scope[tuple(scope)] = _controller_events(events, scope)
+    return held
+
+
+_CONTROLLER_EVENTS: Final[weakref.WeakKeyDictionary[DataFrame, dict[tuple[str, ...], DataFrame]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _controller_events(events: DataFrame, scope: Scope) -> DataFrame:
     parsed = (
         controller_side(events)
         .where(F.col("type").isin(*CONTROLLER_TYPES))
@@ -484,37 +591,11 @@ _METADATA_ORDER: Final[weakref.WeakKeyDictionary[DataFrame, dict[tuple[str, ...]
 def _metadata_order(events: DataFrame, scope: Scope) -> DataFrame:
     controller = controller_events(events, scope)
     kind = F.col("type")
-    takeovers = (
-        controller.where((kind == ev.ControllerElected.TYPE) & (F.col("metadata_offset") >= 0))
-        .groupBy(*scope, F.col("controller_epoch").alias("t_epoch"))
-        .agg(F.min("metadata_offset").alias("t_offset"))
-    )
-    fenced = (
-        controller.where(
-            (kind == ev.ControllerDeposed.TYPE) & (F.col("reason") == "append_fenced") & (F.col("metadata_offset") >= 0)
-        )
-        .groupBy(*scope, F.col("controller_epoch").alias("f_epoch"))
-        .agg(F.max_by(F.col("metadata_offset") + 1, F.struct(*REPLICA_ORDER)).alias("f_offset"))
-    )
-    decisions = controller.where(
-        kind.isin(*METADATA_TYPES) & (F.col("controller_epoch") >= 0) & (F.col("metadata_offset") >= 0)
-    )
-    later = (F.col("t_epoch") > F.col("controller_epoch")) & _same_scope(scope, "_t_")
-    bounds = (
-        decisions.select(*scope, "event_id", "controller_epoch")
-        .join(F.broadcast(takeovers.withColumnsRenamed({c: f"_t_{c}" for c in scope})), later)
-        .groupBy(*scope, "event_id")
-        .agg(F.min("t_offset").alias("next_takeover"))
-    )
-    fenced_own = F.col("f_epoch") == F.col("controller_epoch")
+    # The metadata types are stamped decisions: the ones abandoned are those `stamped_decisions` (built once per
+    # events and shared with `abandoned_intents`) finds at or past the offset their epoch wrote nothing from.
     abandoned = (
-        decisions.join(F.broadcast(bounds), [*scope, "event_id"], "left")
-        .join(
-            F.broadcast(fenced.withColumnsRenamed({c: f"_f_{c}" for c in scope})),
-            fenced_own & _same_scope(scope, "_f_"),
-            "left",
-        )
-        .where(F.col("metadata_offset") >= F.least("next_takeover", "f_offset"))
+        stamped_decisions(events, scope)
+        .where(F.col("type").isin(*METADATA_TYPES) & (F.col("metadata_offset") >= F.col("committed_below")))
         .select(*scope, "event_id", F.lit(True).alias("abandoned"))
     )
     emitter = Window.partitionBy(*scope, "service", "emitter_id").orderBy("position")
@@ -755,7 +836,20 @@ def abandoned_intents(events: DataFrame, scope: Scope = ()) -> DataFrame:
 def stamped_decisions(events: DataFrame, scope: Scope = ()) -> DataFrame:
     """Every stamped decision (controller epoch and metadata offset both set) with `committed_below`: the offset from
     which its controller epoch wrote nothing, or null while the history knows none (`abandoned_intents` keeps those
-    at or past it)."""
+    at or past it). Computed once per (`events`, `scope`), as `metadata_order` is (a lazy local checkpoint of its
+    few rows): metadata order reads it, and so do the abandoned intents, which would otherwise run its three
+    broadcasts again."""
+    by_scope = _STAMPED.setdefault(events, {})
+    held = by_scope.get(tuple(scope))
+    if held is None:
+        held = by_scope[tuple(scope)] = _stamped_decisions(events, scope).localCheckpoint(eager=False)
+    return held
+
+
+_STAMPED: Final[weakref.WeakKeyDictionary[DataFrame, dict[tuple[str, ...], DataFrame]]] = weakref.WeakKeyDictionary()
+
+
+def _stamped_decisions(events: DataFrame, scope: Scope) -> DataFrame:
     controller = controller_events(events, scope)
     kind = F.col("type")
     takeovers = (

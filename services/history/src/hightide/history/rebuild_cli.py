@@ -130,6 +130,7 @@ _FROM_SNAPSHOT_CONF: Final = {
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",  # as `spark.INTERPRETED` (not imported: no Spark for --help)
+    "spark.sql.shuffle.partitions": "2",
 }
 
 
@@ -138,13 +139,13 @@ def state_at(spark: SparkSession, lake: Path, at_ms: int, topic: str | None, use
     from hightide.history.snapshot import lake_files, latest_valid, rebuild_at  # noqa: PLC0415 (as above)
 
     if not use_snapshots or latest_valid(lake, at_ms, lake_files(lake)) is None:
-        return _collected(rebuild_at(spark, lake, at_ms, use_snapshots), at_ms, topic)
+        return _shown(rebuild_at(spark, lake, at_ms, use_snapshots, topic), at_ms)
     # Set before the frames are built: the events are persisted as they are planned then.
     held = {key: spark.conf.get(key) for key in _FROM_SNAPSHOT_CONF}
     for key, value in _FROM_SNAPSHOT_CONF.items():
         spark.conf.set(key, value)
     try:
-        return _collected(rebuild_at(spark, lake, at_ms, use_snapshots), at_ms, topic)
+        return _shown(rebuild_at(spark, lake, at_ms, use_snapshots, topic), at_ms)
     finally:
         for key, before in held.items():
             if before is None:
@@ -153,14 +154,9 @@ def state_at(spark: SparkSession, lake: Path, at_ms: int, topic: str | None, use
                 spark.conf.set(key, before)
 
 
-def _collected(rebuilt: RebuiltAt, at_ms: int, topic: str | None) -> dict[str, Any]:
-    from pyspark.sql import functions as F  # noqa: PLC0415 (as above)
-
-    replicas, partitions = rebuilt.replicas, rebuilt.partitions
-    if topic is not None:
-        replicas, partitions = replicas.where(F.col("topic") == topic), partitions.where(F.col("topic") == topic)
+def _shown(rebuilt: RebuiltAt, at_ms: int) -> dict[str, Any]:
     held: dict[tuple[str, int], dict[str, Any]] = {}
-    for row in partitions.collect():
+    for row in rebuilt.partitions:
         held[(row.topic, row.partition)] = {
             "topic": row.topic,
             "partition": row.partition,
@@ -173,7 +169,7 @@ def _collected(rebuilt: RebuiltAt, at_ms: int, topic: str | None) -> dict[str, A
             "last_known_elr": list(row.last_known_elr),
             "replica_states": [],
         }
-    for row in replicas.collect():
+    for row in rebuilt.replicas:
         partition = held.setdefault(
             (row.topic, row.partition), {"topic": row.topic, "partition": row.partition, "replica_states": []}
         )
@@ -188,8 +184,7 @@ def _collected(rebuilt: RebuiltAt, at_ms: int, topic: str | None) -> dict[str, A
         )
     for partition in held.values():
         partition["replica_states"].sort(key=lambda replica: replica["replica"])
-    offline, abandoned = controller_lists(rebuilt, topic)
-    rebuilt.release()
+    offline, abandoned = controller_lists(rebuilt)
     for key, marked in offline.items():
         partition = held.setdefault(key, {"topic": key[0], "partition": key[1], "replica_states": []})
         partition["offline_replicas"] = marked
@@ -205,22 +200,12 @@ def _collected(rebuilt: RebuiltAt, at_ms: int, topic: str | None) -> dict[str, A
 # -- issue 12 (gaps): the lists the plain rebuild gives besides the state -------------------------------------------
 
 
-def controller_lists(
-    rebuilt: RebuiltAt, topic: str | None
-) -> tuple[dict[tuple[str, int], list[int]], list[dict[str, Any]]]:
+def controller_lists(rebuilt: RebuiltAt) -> tuple[dict[tuple[str, int], list[int]], list[dict[str, Any]]]:
     """(each partition's replicas marked offline at the instant, the controller decisions abandoned by then), as
-    `hightide.audit.rebuild` lists them, from the ordered events the folds read (`RebuiltAt.events`): their
-    controller side is the one the partition fold already gathered and ordered (`rebuild.controller_side`,
-    `rebuild.metadata_order`), so the lists add no read and no second ordering of it; the abandoned intents are the
-    ones `rebuild_at` listed already (it checks a snapshot's continuation against them)."""
-    from pyspark.sql import functions as F  # noqa: PLC0415 (Spark only when a command runs)
-
-    from hightide.history.rebuild import offline_replicas  # noqa: PLC0415
-
-    offline = offline_replicas(rebuilt.events)
-    if topic is not None:
-        offline = offline.where(F.col("topic") == topic)
-    listed = {(row.topic, row.partition): list(row.replicas) for row in offline.collect()}
+    `hightide.audit.rebuild` lists them: `rebuild_at` collected them with the state, from the ordered events the
+    folds read (their controller side is the one the partition fold gathered and ordered:
+    `rebuild.controller_side`, `rebuild.metadata_order`), so the lists add no read and no second ordering of it."""
+    listed = {(row.topic, row.partition): list(row.replicas) for row in rebuilt.offline}
     abandoned = [
         {
             "event_id": row.event_id,

@@ -45,6 +45,10 @@ INTERPRETED: Final = {
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",  # expressions, projections and orderings interpreted
 }
 SMALL_HISTORY_EVENTS: Final = 100_000
+# PySpark 4 records the Python call site of every DataFrame and Column function it is given (for error messages'
+# query context) by walking the stack and setting it in the JVM around the call: five py4j calls besides the
+# function's own. A static setting: only a session's builder can turn it off.
+DATAFRAME_DEBUGGING: Final = "spark.python.sql.dataFrameDebugging.enabled"
 
 
 def session(master: str | None = None, app_name: str = APP_NAME, *, short: bool = False) -> SparkSession:
@@ -70,6 +74,7 @@ def session(master: str | None = None, app_name: str = APP_NAME, *, short: bool 
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
+        .config(DATAFRAME_DEBUGGING, "false")
     )
     if short:
         for key, value in INTERPRETED.items():
