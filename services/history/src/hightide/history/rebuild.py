@@ -526,48 +526,71 @@ def controller_side(events: DataFrame) -> DataFrame:
 _CONTROLLER_SIDE: Final[weakref.WeakKeyDictionary[DataFrame, DataFrame]] = weakref.WeakKeyDictionary()
 
 
-def controller_events(events: DataFrame, scope: Scope = ()) -> DataFrame:
-    """The controller-side events (metadata and controller terms) with their payload fields as columns; stamps of
-    version 1 events (no stamp) read as -1. Built once per (`events`, `scope`): metadata order and the stamped
-    decisions both read it."""
-    by_scope = _CONTROLLER_EVENTS.setdefault(events, {})
-    held = by_scope.get(tuple(scope))
-    if held is None:
-        held = by_scope[tuple(scope)] = _controller_events(events, scope)
-    return held
-
-
-_CONTROLLER_EVENTS: Final[weakref.WeakKeyDictionary[DataFrame, dict[tuple[str, ...], DataFrame]]] = (
-    weakref.WeakKeyDictionary()
+_CONTROLLER_COLUMNS: Final = (
+    "service",
+    "emitter_id",
+    "incarnation",
+    "position",
+    "wall_ms",
+    "event_id",
+    "type",
+    "topic",
+    "partition",
+    "replica",
 )
 
 
-def _controller_events(events: DataFrame, scope: Scope) -> DataFrame:
-    parsed = (
-        controller_side(events)
-        .where(F.col("type").isin(*CONTROLLER_TYPES))
-        .withColumn("p", F.from_json("payload", _METADATA_FIELDS))
+def controller_events(events: DataFrame, scope: Scope = ()) -> DataFrame:
+    """The controller-side events (metadata and controller terms) with their payload fields as columns; stamps of
+    version 1 events (no stamp) read as -1."""
+    fields = [*_CONTROLLER_COLUMNS, "broker", *_METADATA_FIELDS.fieldNames()]
+    return decided_events(events, scope).where(F.col("type").isin(*CONTROLLER_TYPES)).select(*scope, *fields)
+
+
+def decided_events(events: DataFrame, scope: Scope = ()) -> DataFrame:
+    """Every row of `controller_side` with its payload's fields as columns (`controller_events`' and `sequence`)
+    and, for a stamped decision (controller epoch and metadata offset both set), `committed_below`: the offset from
+    which its controller epoch wrote nothing (the least takeover offset of a later epoch, or the offset its own
+    fenced append was refused at), or null while the history knows none.
+
+    Window functions over the few rows, in their one partition (`controller_side`), not joins: a join with the
+    takeovers and the fences broadcast them, and every broadcast is a job of its own. Computed once per (`events`,
+    `scope`), a lazy local checkpoint: the stamped decisions and metadata order both read it."""
+    by_scope = _DECIDED.setdefault(events, {})
+    held = by_scope.get(tuple(scope))
+    if held is None:
+        held = by_scope[tuple(scope)] = _decided_events(events, scope).localCheckpoint(eager=False)
+    return held
+
+
+_DECIDED: Final[weakref.WeakKeyDictionary[DataFrame, dict[tuple[str, ...], DataFrame]]] = weakref.WeakKeyDictionary()
+
+
+def _decided_events(events: DataFrame, scope: Scope) -> DataFrame:
+    p, kind = F.col("p"), F.col("type")
+    parsed = controller_side(events).select(
+        *scope, *_CONTROLLER_COLUMNS, "sequence", "payload", F.from_json("payload", _METADATA_FIELDS).alias("p")
     )
-    p = F.col("p")
-    return parsed.select(
+    columns = parsed.select(
         *scope,
-        "service",
-        "emitter_id",
-        "incarnation",
-        "position",
-        "wall_ms",
-        "event_id",
-        "type",
-        "topic",
-        "partition",
-        "replica",
-        F.when(F.col("type") == ev.BrokerRegistered.TYPE, F.get_json_object("payload", "$.broker").cast("int")).alias(
-            "broker"
-        ),
+        *_CONTROLLER_COLUMNS,
+        "sequence",
+        F.when(kind == ev.BrokerRegistered.TYPE, F.get_json_object("payload", "$.broker").cast("int")).alias("broker"),
         F.coalesce(p.controller_epoch, F.lit(-1)).alias("controller_epoch"),
         F.coalesce(p.metadata_offset, F.lit(-1).cast("long")).alias("metadata_offset"),
         *[p.getField(name).alias(name) for name in _METADATA_FIELDS.fieldNames()[2:]],
     )
+    offset = F.col("metadata_offset")
+    # A takeover's offset counts for every decision of an earlier epoch: the epochs from the decision's own + 1 up.
+    later = Window.partitionBy(*scope).orderBy("controller_epoch").rangeBetween(1, Window.unboundedFollowing)
+    takeover = F.min(F.when((kind == ev.ControllerElected.TYPE) & (offset >= 0), offset)).over(later)
+    # A fenced append counts for its own epoch: the last one's offset + 1 in history order (rows of other kinds have
+    # no order, which max_by passes over).
+    fenced = (kind == ev.ControllerDeposed.TYPE) & (F.col("reason") == "append_fenced") & (offset >= 0)
+    own = Window.partitionBy(*scope, "controller_epoch")
+    refused = F.max_by(F.when(fenced, offset + 1), F.when(fenced, F.struct(*REPLICA_ORDER))).over(own)
+    decision = kind.isin(*STAMPED_TYPES) & (F.col("controller_epoch") >= 0) & (offset >= 0)
+    return columns.select("*", F.when(decision, F.least(takeover, refused)).alias("committed_below"))
 
 
 def metadata_order(events: DataFrame, scope: Scope = ()) -> DataFrame:
@@ -589,25 +612,22 @@ _METADATA_ORDER: Final[weakref.WeakKeyDictionary[DataFrame, dict[tuple[str, ...]
 
 
 def _metadata_order(events: DataFrame, scope: Scope) -> DataFrame:
-    controller = controller_events(events, scope)
     kind = F.col("type")
-    # The metadata types are stamped decisions: the ones abandoned are those `stamped_decisions` (built once per
-    # events and shared with `abandoned_intents`) finds at or past the offset their epoch wrote nothing from.
-    abandoned = (
-        stamped_decisions(events, scope)
-        .where(F.col("type").isin(*METADATA_TYPES) & (F.col("metadata_offset") >= F.col("committed_below")))
-        .select(*scope, "event_id", F.lit(True).alias("abandoned"))
-    )
+    controller = decided_events(events, scope).where(kind.isin(*CONTROLLER_TYPES))
+    # The metadata types are stamped decisions: the abandoned ones are at or past their `committed_below`.
+    at_or_past = F.col("metadata_offset") >= F.col("committed_below")
+    abandoned = F.coalesce(kind.isin(*METADATA_TYPES) & at_or_past, F.lit(False))
     emitter = Window.partitionBy(*scope, "service", "emitter_id").orderBy("position")
     elected = kind == ev.ControllerElected.TYPE
-    termed = controller.join(F.broadcast(abandoned), [*scope, "event_id"], "left").select(
+    termed = controller.select(
         "*",
+        abandoned.alias("abandoned"),
         F.sum(elected.cast("int")).over(emitter).alias("term"),
         F.coalesce(
             F.last(F.when(elected, F.col("controller_epoch")), ignorenulls=True).over(emitter), F.lit(NO_TERM)
         ).alias("term_epoch"),
     )
-    kept = termed.where(kind.isin(*METADATA_TYPES) & F.col("abandoned").isNull())
+    kept = termed.where(kind.isin(*METADATA_TYPES) & ~F.col("abandoned"))
     term = Window.partitionBy(*scope, "service", "emitter_id", "term")
     first_by = F.struct("position")
     ordered = kept.select(
@@ -619,12 +639,13 @@ def _metadata_order(events: DataFrame, scope: Scope) -> DataFrame:
         "term_epoch", "term_wall_ms", "service", "emitter_id", "term_incarnation", "position"
     )
     # `term` (the emitter's count of ControllerElected so far) stays: a snapshot keeps each term's first event.
-    return ordered.withColumn("metadata_order", F.row_number().over(order)).drop("abandoned")
+    ordered_rows = ordered.withColumn("metadata_order", F.row_number().over(order))
+    return ordered_rows.drop("abandoned", "sequence", "committed_below")
 
 
 def partition_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame, DataFrame]:
-    """(one row per PartitionChanged the fold takes, in metadata order; per topic its last life and whether it
-    ended deleted)."""
+    """(one row per PartitionChanged the fold takes, in metadata order, with its topic's last life and end
+    (`_topic_life`, `_topic_deleted`); per topic its last life and whether it ended deleted)."""
     ordered = metadata_order(events, scope).where(
         F.col("type").isin(ev.TopicCreated.TYPE, ev.TopicDeleted.TYPE, ev.PartitionChanged.TYPE)
     )
@@ -636,10 +657,18 @@ def partition_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame,
         (F.sum((kind == ev.TopicCreated.TYPE).cast("int")).over(by_topic) - 1).alias("life"),
         F.coalesce(F.last(topic_event, ignorenulls=True).over(by_topic), F.lit(False)).alias("topic_deleted"),
     )
+    # Each row also carries its topic's last life and whether the topic ended deleted (`final_partitions` keeps the
+    # changes of live topics' last lives): a window in the same order, not a join with `topics` (a broadcast, a job).
+    whole_topic = by_topic.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    ended = lived.select(
+        "*",
+        F.last("life").over(whole_topic).alias("_topic_life"),
+        F.last("topic_deleted").over(whole_topic).alias("_topic_deleted"),
+    )
     topics = lived.groupBy(*scope, "topic").agg(
         F.max_by("life", "metadata_order").alias("life"), F.max_by("topic_deleted", "metadata_order").alias("deleted")
     )
-    changes = lived.where((kind == ev.PartitionChanged.TYPE) & ~F.col("topic_deleted"))
+    changes = ended.where((kind == ev.PartitionChanged.TYPE) & ~F.col("topic_deleted"))
     in_life = (
         Window.partitionBy(*scope, *PARTITION_KEY, "life")
         .orderBy("metadata_order")
@@ -657,17 +686,15 @@ def partition_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame,
 def final_states(rebuilt: Rebuilt, scope: Scope = ()) -> tuple[DataFrame, DataFrame]:
     """(each live replica's state after all the events, each live partition's): the last timeline rows."""
     replicas = final_replicas(rebuilt.replicas, rebuilt.epochs, scope)
-    return replicas, final_partitions(rebuilt.partitions, rebuilt.topics, scope)
+    return replicas, final_partitions(rebuilt.partitions, scope)
 
 
-def final_partitions(partitions: DataFrame, topics: DataFrame, scope: Scope = ()) -> DataFrame:
-    """Each live partition's state after all the events, from `partition_timeline`'s frames: the last change it
-    took in its topic's last life (with its `event_id`)."""
+def final_partitions(partitions: DataFrame, scope: Scope = ()) -> DataFrame:
+    """Each live partition's state after all the events, from `partition_timeline`'s rows: the last change it took
+    in its topic's last life (with its `event_id`), where the topic did not end deleted."""
     last_change = Window.partitionBy(*scope, *PARTITION_KEY).orderBy(F.col("metadata_order").desc())
-    live = topics.where(~F.col("deleted")).select(*scope, "topic", F.col("life").alias("_life"))
     return (
-        partitions.join(F.broadcast(live), [*scope, "topic"])
-        .where(F.col("life") == F.col("_life"))
+        partitions.where((F.col("life") == F.col("_topic_life")) & ~F.col("_topic_deleted"))
         .withColumn("_n", F.row_number().over(last_change))
         .where(F.col("_n") == 1)
         .select(
@@ -701,14 +728,6 @@ def final_replicas(replicas: DataFrame, epochs: DataFrame, scope: Scope = ()) ->
         "wall_ms",
         "event_id",
     )
-
-
-def _same_scope(scope: Scope, prefix: str) -> Column:
-    """Rows of one scope: the right side's scope columns renamed with `prefix` (a join on a condition)."""
-    condition = F.lit(True)
-    for name in scope:
-        condition = condition & (F.col(name) == F.col(f"{prefix}{name}"))
-    return condition
 
 
 def ordered(
@@ -803,9 +822,6 @@ FOLD_COLUMNS: Final = (
     "partition",
     "replica",
 )
-_STAMP_FIELDS: Final = T.StructType(
-    [T.StructField("controller_epoch", T.IntegerType(), True), T.StructField("metadata_offset", T.LongType(), True)]
-)
 ABANDONED_SCHEMA: Final = T.StructType(
     [
         T.StructField("service", T.StringType(), True),
@@ -836,59 +852,10 @@ def abandoned_intents(events: DataFrame, scope: Scope = ()) -> DataFrame:
 def stamped_decisions(events: DataFrame, scope: Scope = ()) -> DataFrame:
     """Every stamped decision (controller epoch and metadata offset both set) with `committed_below`: the offset from
     which its controller epoch wrote nothing, or null while the history knows none (`abandoned_intents` keeps those
-    at or past it). Computed once per (`events`, `scope`), as `metadata_order` is (a lazy local checkpoint of its
-    few rows): metadata order reads it, and so do the abandoned intents, which would otherwise run its three
-    broadcasts again."""
-    by_scope = _STAMPED.setdefault(events, {})
-    held = by_scope.get(tuple(scope))
-    if held is None:
-        held = by_scope[tuple(scope)] = _stamped_decisions(events, scope).localCheckpoint(eager=False)
-    return held
-
-
-_STAMPED: Final[weakref.WeakKeyDictionary[DataFrame, dict[tuple[str, ...], DataFrame]]] = weakref.WeakKeyDictionary()
-
-
-def _stamped_decisions(events: DataFrame, scope: Scope) -> DataFrame:
-    controller = controller_events(events, scope)
-    kind = F.col("type")
-    takeovers = (
-        controller.where((kind == ev.ControllerElected.TYPE) & (F.col("metadata_offset") >= 0))
-        .groupBy(*scope, F.col("controller_epoch").alias("t_epoch"))
-        .agg(F.min("metadata_offset").alias("t_offset"))
-    )
-    fenced = (
-        controller.where(
-            (kind == ev.ControllerDeposed.TYPE) & (F.col("reason") == "append_fenced") & (F.col("metadata_offset") >= 0)
-        )
-        .groupBy(*scope, F.col("controller_epoch").alias("f_epoch"))
-        .agg(F.max_by(F.col("metadata_offset") + 1, F.struct(*REPLICA_ORDER)).alias("f_offset"))
-    )
-    stamp = F.from_json("payload", _STAMP_FIELDS)
-    decisions = (
-        controller_side(events)
-        .where(F.col("type").isin(*STAMPED_TYPES))
-        .select(*scope, *REPLICA_ORDER, "incarnation", "sequence", "event_id", "type", stamp.alias("s"))
-        .select(
-            "*",
-            F.coalesce(F.col("s.controller_epoch"), F.lit(-1)).alias("controller_epoch"),
-            F.coalesce(F.col("s.metadata_offset"), F.lit(-1).cast("long")).alias("metadata_offset"),
-        )
-        .drop("s")
-        .where((F.col("controller_epoch") >= 0) & (F.col("metadata_offset") >= 0))
-    )
-    later = (F.col("t_epoch") > F.col("controller_epoch")) & _same_scope(scope, "_t_")
-    bounds = (
-        decisions.select(*scope, "event_id", "controller_epoch")
-        .join(F.broadcast(takeovers.withColumnsRenamed({c: f"_t_{c}" for c in scope})), later)
-        .groupBy(*scope, "event_id")
-        .agg(F.min("t_offset").alias("next_takeover"))
-    )
-    fenced_own = (F.col("f_epoch") == F.col("controller_epoch")) & _same_scope(scope, "_f_")
-    return (
-        decisions.join(F.broadcast(bounds), [*scope, "event_id"], "left")
-        .join(F.broadcast(fenced.withColumnsRenamed({c: f"_f_{c}" for c in scope})), fenced_own, "left")
-        .withColumn("committed_below", F.least("next_takeover", "f_offset"))
+    at or past it). See `decided_events`."""
+    decided = decided_events(events, scope)
+    return decided.where(
+        F.col("type").isin(*STAMPED_TYPES) & (F.col("controller_epoch") >= 0) & (F.col("metadata_offset") >= 0)
     )
 
 
@@ -896,32 +863,34 @@ def offline_replicas(events: DataFrame, scope: Scope = ()) -> DataFrame:
     """`hightide.audit.rebuild.ClusterState.offline_replicas`: per partition, the replicas (sorted) whose last
     ReplicaMarkedOffline in metadata order comes after every BrokerRegistered of their broker and after the start or
     end of their topic's last life (which clear it). Columns: `scope`, topic, partition, replicas."""
-    kind = F.col("type")
-    ordered = metadata_order(events, scope).select(
-        *scope, "event_id", "type", "topic", "partition", "replica", "broker", "metadata_order"
+    kind, order = F.col("type"), F.col("metadata_order")
+    marks = kind == ev.ReplicaMarkedOffline.TYPE
+    registrations, lives = kind == ev.BrokerRegistered.TYPE, kind.isin(ev.TopicCreated.TYPE, ev.TopicDeleted.TYPE)
+    # The last registration of each mark's broker and the last start or end of its topic's life, by windows over
+    # the few rows in their one partition (joins would broadcast them: a job each).
+    node = F.when(registrations, F.col("broker")).when(marks, F.col("replica"))
+    listed = (
+        metadata_order(events, scope)
+        .where(marks | registrations | lives)
+        .select(*scope, "type", "topic", "partition", "replica", "metadata_order", node.alias("_node"))
+        .select(
+            "*",
+            F.max(F.when(registrations, order)).over(Window.partitionBy(*scope, "_node")).alias("registered_at"),
+            F.max(F.when(lives, order)).over(Window.partitionBy(*scope, "topic")).alias("life_at"),
+        )
     )
     marked = (
-        ordered.where(kind == ev.ReplicaMarkedOffline.TYPE)
+        listed.where(marks)
         .groupBy(*scope, "topic", "partition", "replica")
-        .agg(F.max("metadata_order").alias("marked_at"))
-    )
-    registered = (
-        ordered.where(kind == ev.BrokerRegistered.TYPE)
-        .groupBy(*scope, F.col("broker").alias("replica"))
-        .agg(F.max("metadata_order").alias("registered_at"))
-    )
-    lives = (
-        ordered.where(kind.isin(ev.TopicCreated.TYPE, ev.TopicDeleted.TYPE))
-        .groupBy(*scope, "topic")
-        .agg(F.max("metadata_order").alias("life_at"))
-    )
-    still = (
-        marked.join(F.broadcast(registered), [*scope, "replica"], "left")
-        .join(F.broadcast(lives), [*scope, "topic"], "left")
-        .where(
-            (F.col("registered_at").isNull() | (F.col("registered_at") < F.col("marked_at")))
-            & (F.col("life_at").isNull() | (F.col("life_at") < F.col("marked_at")))
+        .agg(
+            F.max("metadata_order").alias("marked_at"),
+            F.max("registered_at").alias("registered_at"),
+            F.max("life_at").alias("life_at"),
         )
+    )
+    still = marked.where(
+        (F.col("registered_at").isNull() | (F.col("registered_at") < F.col("marked_at")))
+        & (F.col("life_at").isNull() | (F.col("life_at") < F.col("marked_at")))
     )
     return still.groupBy(*scope, "topic", "partition").agg(F.sort_array(F.collect_list("replica")).alias("replicas"))
 

@@ -303,12 +303,12 @@ def continuation_ids(events: DataFrame) -> dict[str, list[str]]:
     that gives it is enough (see the module docstring)."""
     order = metadata_order(events)
     kind = F.col("type")
-    partitions, topics = partition_timeline(events)
+    partitions = partition_timeline(events)[0]
     decided = stamped_decisions(events)
     abandoned = F.coalesce(F.col("metadata_offset") >= F.col("committed_below"), F.lit(False))
     pieces = {
         "topic_lives": _last(order.where(kind.isin(ev.TopicCreated.TYPE, ev.TopicDeleted.TYPE)), "topic"),
-        "partitions": final_partitions(partitions, topics).select("event_id"),
+        "partitions": final_partitions(partitions).select("event_id"),
         "offline_marks": _last(order.where(kind == ev.ReplicaMarkedOffline.TYPE), "topic", "partition", "replica"),
         "registrations": _last(order.where(kind == ev.BrokerRegistered.TYPE), "broker"),
         "term_starts": order.groupBy("service", "emitter_id", "term").agg(
@@ -494,7 +494,7 @@ def _collected(events: DataFrame, topic: str | None, checks: dict[str, DataFrame
     by piece, from one collect: each piece is a struct column of its own in a union of them all (the others null)."""
     pieces = {
         "replicas": final_replica_states(events),
-        "partitions": final_partitions(*partition_timeline(events)),
+        "partitions": final_partitions(partition_timeline(events)[0]),
         "offline": offline_replicas(events),
         "abandoned": abandoned_intents(events),
     }
