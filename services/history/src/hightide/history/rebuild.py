@@ -512,10 +512,12 @@ def controller_side(events: DataFrame) -> DataFrame:
     over them then runs where they are, without a shuffle: each shuffle of so few rows into the default partitions
     cost a stage, and the partition fold had about twenty of them, most of a rebuild --at's time.
 
-    Computed once per `events` (a lazy local checkpoint, which keeps the single partition and cuts the lineage): the
-    fold's branches (takeovers, fences, decisions, terms) then read it instead of scanning `events` each. Joins on
-    it broadcast their other side, so that they keep its one partition too (a sort-merge join would shuffle both
-    sides into the default partitions again)."""
+    Computed once per `events` (a local checkpoint, which keeps the single partition and cuts the lineage): the
+    fold's branches (takeovers, fences, decisions, terms) then read it instead of scanning `events` each. What
+    combines its rows is a window function over that one partition (`decided_events`, `offline_replicas`,
+    `partition_timeline`), not a join: a sort-merge join would shuffle both sides into the default partitions
+    again, and a broadcast join runs a job of its own for each broadcast. The checkpoint is eager: computed as it is
+    made, once (lazily, the first jobs to read it computed it, and the ordered events under it, each on its own)."""
     held = _CONTROLLER_SIDE.get(events)
     if held is None:
         rows = events.where(F.col("type").isin(*CONTROLLER_TYPES, *STAMPED_TYPES)).repartition(1)

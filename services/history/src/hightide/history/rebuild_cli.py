@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from hightide.history.audit_cli import master_url
 from hightide.lake.layout import HOUR_MS, LakeError
@@ -120,38 +120,11 @@ def short_job(args: argparse.Namespace, at_ms: int) -> bool:
     return latest_valid(args.lake, at_ms, lake_files(args.lake)) is not None
 
 
-# Settings of the SQL session while the state at an instant is computed from a snapshot: the rows are few (the
-# controller side and the events since the snapshot), so adaptive execution has nothing to merge, and its re-planning
-# after each stage (a job per shuffle and per broadcast) doubled the jobs: 39 -> 19 on the 1M lake. Nor does generated
-# code pay for so few rows: a fresh JVM compiled ~270 classes with Janino for the query (12 s of the first query's
-# wall at 1M), where interpreted expressions and operators cost nothing to prepare (driver JVM CPU of the first
-# query 24.7 -> 16.2 s at 1M, the answer the same; measured A/B, see `hightide.history.bench`).
-_FROM_SNAPSHOT_CONF: Final = {
-    "spark.sql.adaptive.enabled": "false",
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",  # as `spark.INTERPRETED` (not imported: no Spark for --help)
-    "spark.sql.shuffle.partitions": "2",
-}
-
-
 def state_at(spark: SparkSession, lake: Path, at_ms: int, topic: str | None, use_snapshots: bool) -> dict[str, Any]:
     """The state at `at_ms` as a plain dict: partitions (each with its replicas), sorted by topic and partition."""
-    from hightide.history.snapshot import lake_files, latest_valid, rebuild_at  # noqa: PLC0415 (as above)
+    from hightide.history.snapshot import rebuild_at  # noqa: PLC0415 (as above)
 
-    if not use_snapshots or latest_valid(lake, at_ms, lake_files(lake)) is None:
-        return _shown(rebuild_at(spark, lake, at_ms, use_snapshots, topic), at_ms)
-    # Set before the frames are built: the events are persisted as they are planned then.
-    held = {key: spark.conf.get(key) for key in _FROM_SNAPSHOT_CONF}
-    for key, value in _FROM_SNAPSHOT_CONF.items():
-        spark.conf.set(key, value)
-    try:
-        return _shown(rebuild_at(spark, lake, at_ms, use_snapshots, topic), at_ms)
-    finally:
-        for key, before in held.items():
-            if before is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, before)
+    return _shown(rebuild_at(spark, lake, at_ms, use_snapshots, topic), at_ms)
 
 
 def _shown(rebuilt: RebuiltAt, at_ms: int) -> dict[str, Any]:

@@ -57,7 +57,8 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -425,6 +426,36 @@ def _write(
 
 # -- the state at an instant --------------------------------------------------------------------------------------
 
+# Settings of the SQL session while the state at an instant is computed from a snapshot (`rebuild_at` sets them
+# before it builds a frame, the events being persisted as they are planned then, and restores the session's after
+# its collect): the rows are few (the controller side and the events since the snapshot), so adaptive execution has
+# nothing to merge, and its re-planning after each stage (a job per shuffle and per broadcast) doubled the jobs:
+# 39 -> 19 on the 1M lake. Nor does generated code pay for so few rows: a fresh JVM compiled ~270 classes with Janino
+# for the query (12 s of the first query's wall at 1M), where interpreted expressions and operators cost nothing to
+# prepare (driver JVM CPU of the first query 24.7 -> 16.2 s at 1M, the answer the same). Two shuffle partitions, one
+# per core of a local[2] driver, not 8: the query's 54 tasks became 24 (measured A/B, see `hightide.history.bench`).
+FROM_SNAPSHOT_CONF: Final = {
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",  # as `spark.INTERPRETED`
+    "spark.sql.shuffle.partitions": "2",
+}
+
+
+@contextmanager
+def _settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    held = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, before in held.items():
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)
+
 
 @dataclass(frozen=True, slots=True)
 class RebuiltAt:
@@ -461,26 +492,26 @@ def rebuild_at(
     snapshot = latest_valid(lake, at_ms, by_hour) if use_snapshots else None
     note = ""
     if snapshot is not None:
-        parts = [p for hour, ps in by_hour.items() if snapshot.hour <= hour <= last_hour for p in ps]
-        rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
-        held = load(spark, snapshot)
-        events = _continued_events(rows, held, snapshot.boundary_ms).persist(StorageLevel.MEMORY_AND_DISK)
-        checks = {"clock": _clock_went_back(rows, held), "order": _order_before(events, snapshot.boundary_ms)}
-        found = _collected(events, topic, checks)
-        events.unpersist()
-        if found["clock"]:
-            note = f"the snapshot at hour {snapshot.hour} is not used: a wall clock went back across it"
-        else:
-            abandoned_ids = frozenset(row.event_id for row in found["abandoned"])
-            order = found["order"][0] if found["order"] else None
-            if continuation_holds(snapshot, abandoned_ids, order):
-                return _at(found, snapshot.hour, "", continuation=True)
-            events = _continued_events(rows, held, snapshot.boundary_ms, whole=True).persist(
-                StorageLevel.MEMORY_AND_DISK
-            )
-            found = _collected(events, topic, {})
+        with _settings(spark, FROM_SNAPSHOT_CONF):
+            parts = [p for hour, ps in by_hour.items() if snapshot.hour <= hour <= last_hour for p in ps]
+            rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
+            held = load(spark, snapshot)
+            events = _continued_events(rows, held, snapshot.boundary_ms).persist(StorageLevel.MEMORY_AND_DISK)
+            checks = {"clock": _clock_went_back(rows, held), "order": _order_before(events, snapshot.boundary_ms)}
+            found = _collected(events, topic, checks)
             events.unpersist()
-            return _at(found, snapshot.hour, "", continuation=False)
+            if not found["clock"]:
+                abandoned_ids = frozenset(row.event_id for row in found["abandoned"])
+                order = found["order"][0] if found["order"] else None
+                if continuation_holds(snapshot, abandoned_ids, order):
+                    return _at(found, snapshot.hour, "", continuation=True)
+                events = _continued_events(rows, held, snapshot.boundary_ms, whole=True).persist(
+                    StorageLevel.MEMORY_AND_DISK
+                )
+                found = _collected(events, topic, {})
+                events.unpersist()
+                return _at(found, snapshot.hour, "", continuation=False)
+        note = f"the snapshot at hour {snapshot.hour} is not used: a wall clock went back across it"
     parts = [p for hour, ps in by_hour.items() if hour <= last_hour for p in ps]
     rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
     events = _continued_events(rows, None, 0).persist(StorageLevel.MEMORY_AND_DISK)

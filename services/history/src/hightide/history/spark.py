@@ -18,6 +18,12 @@ The audit and the report of a small history (`small_history`: up to `SMALL_HISTO
 or a test's lake) run as short jobs: the audit of a 100k-event lake took 126 s of driver JVM CPU as a long job and
 82 s as a short one, and at 300k events the two were within 10% (measured A/B at load 10-17), so larger histories
 keep the long job's settings.
+
+Every session turns PySpark's DataFrame debugging off (`spark.python.sql.dataFrameDebugging.enabled`): with it,
+PySpark 4 wraps each DataFrame and Column function to capture the Python call site for error messages (a walk of
+the stack and about five py4j calls besides the function's own). Building the frames of `rebuild --at` made 13.9k
+py4j calls with it and 6.4k without, and the Python process's CPU for the query fell from 1.7 to 0.6 s (an error
+still names the failing operation, without the Python line that built it).
 """
 
 from __future__ import annotations
