@@ -515,16 +515,22 @@ def rebuild_at(
     parts = [p for hour, ps in by_hour.items() if hour <= last_hour for p in ps]
     rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
     events = _continued_events(rows, None, 0).persist(StorageLevel.MEMORY_AND_DISK)
-    found = _collected(events, topic, {})
+    found = _collected(events, topic, {}, since_snapshot=False)
     events.unpersist()
     return _at(found, None, note, continuation=False)
 
 
-def _collected(events: DataFrame, topic: str | None, checks: dict[str, DataFrame]) -> dict[str, list[Row]]:
+def _collected(
+    events: DataFrame, topic: str | None, checks: dict[str, DataFrame], *, since_snapshot: bool = True
+) -> dict[str, list[Row]]:
     """The state at the instant and the lists of `events` (the ordered events both folds read), and `checks`' rows,
-    by piece, from one collect: each piece is a struct column of its own in a union of them all (the others null)."""
+    by piece, from one collect: each piece is a struct column of its own in a union of them all (the others null).
+    The replicas' states come from one aggregate per replica `since_snapshot` (its rows since the boundary are an
+    hour or so of its events), from the timeline's windows on a full replay (an array of every event of a replica's
+    history would grow with the history)."""
+    replicas = final_replica_states(events) if since_snapshot else final_replicas(*replica_timeline(events))
     pieces = {
-        "replicas": final_replica_states(events),
+        "replicas": replicas,
         "partitions": final_partitions(partition_timeline(events)[0]),
         "offline": offline_replicas(events),
         "abandoned": abandoned_intents(events),
