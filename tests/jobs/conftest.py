@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from hightide.history.spark import INTERPRETED, SHORT_JOB_JAVA_OPTIONS
+from hightide.history.spark import DATAFRAME_DEBUGGING, INTERPRETED, SHORT_JOB_JAVA_OPTIONS
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +28,7 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", SHORT_JOB_JAVA_OPTIONS)
+        .config(DATAFRAME_DEBUGGING, "false")  # as every session of the commands (`hightide.history.spark`)
     )
     for key, value in INTERPRETED.items():
         builder = builder.config(key, value)

@@ -115,10 +115,10 @@ def test_a_rebuild_from_a_snapshot_is_a_rebuild_from_scratch(
     from_snapshot = rebuild_at(spark, lake, at_ms)
     assert from_snapshot.snapshot_hour == hours[-1]
     expected = rebuild([e for e in history if e.wall_ms <= at_ms])
-    assert _rows(from_snapshot.replicas.collect()) == _replicas(expected)
+    assert _rows(from_snapshot.replicas) == _replicas(expected)
     partitions = {
         (p.topic, p.partition): (tuple(p.isr), p.leader, p.leader_epoch, p.partition_epoch)
-        for p in from_snapshot.partitions.collect()
+        for p in from_snapshot.partitions
     }
     assert partitions == {
         key: (p.isr, p.leader, p.leader_epoch, p.partition_epoch) for key, p in expected.partitions.items()
@@ -129,9 +129,9 @@ def _compared(spark: SparkSession, lake: Path, at_ms: int) -> tuple[dict[str, An
     """What `rebuild --at` shows at `at_ms` (state, offline replicas, abandoned intents), whether the controller side
     was the snapshot's continuation, and the snapshot's hour."""
     rebuilt = rebuild_at(spark, lake, at_ms)
-    offline, abandoned = controller_lists(rebuilt, None)
+    offline, abandoned = controller_lists(rebuilt)
     shown = {
-        "replicas": _rows(rebuilt.replicas.collect()),
+        "replicas": _rows(rebuilt.replicas),
         "partitions": {
             (p.topic, p.partition): (
                 tuple(p.replicas),
@@ -142,7 +142,7 @@ def _compared(spark: SparkSession, lake: Path, at_ms: int) -> tuple[dict[str, An
                 p.leader_epoch,
                 p.partition_epoch,
             )
-            for p in rebuilt.partitions.collect()
+            for p in rebuilt.partitions
         },
         "offline": {key: tuple(replicas) for key, replicas in offline.items()},
         "abandoned": [
@@ -150,7 +150,6 @@ def _compared(spark: SparkSession, lake: Path, at_ms: int) -> tuple[dict[str, An
             for a in abandoned
         ],
     }
-    rebuilt.release()
     return shown, rebuilt.continuation, rebuilt.snapshot_hour
 
 

@@ -124,6 +124,32 @@ parsed frame costs; reading, ordering and caching the lake costs 20.5 s (JVM 43.
 history (the parity test's clean seed 1) runs ~171 stages in as many jobs (94 query stages of the final collect, 53
 broadcasts, 23 checkpoints) for 8.3 s of executor CPU and 57.5 s of driver JVM CPU (warm): planning, not data.
 Adaptive execution off made it 64 jobs but 180 stages and no less JVM CPU (116 against 111 s, cold), so it stays on.
+`rebuild --at`, the query's planning cut (helper atplan, 2026-11-29; `/work/prof/atplan/`: `prof.py` runs the
+command's query on the last instant in a fresh process and JVM as `--cold-at` does, with the driver JVM's /proc CPU,
+executor CPU from Spark's status store, jobs and py4j calls; `ab.sh` runs base and new back to back, twice, with
+`--cold-at` beside). The query was 20 jobs: six actions (a count for the clock check, collects of the abandoned
+intents, of the continuation check, of the partitions, the replicas and the offline replicas), each running its
+broadcasts again, and 13.9k py4j calls. Now one collect of a union of struct columns, one per piece, the snapshot's
+two checks in it (the query is computed again without the snapshot or its continuation only when one fails); the
+replicas' final states from one aggregate per replica (`rebuild.final_replica_states`, the timeline's rules folded
+over each replica's sorted rows with array functions) instead of the timeline's windows, epoch intervals and joins;
+the controller side's joins (takeovers, fences, abandoned decisions, registrations, topic lives) as windows over its
+one partition (`rebuild.decided_events`): no broadcast job; PySpark's call-site capture off in every session
+(`spark.DATAFRAME_DEBUGGING`: py4j calls 13.9k -> 5.4k, the Python process's CPU 1.7 -> 0.6 s); 2 shuffle
+partitions for the query (54 -> 24 tasks). Jobs 20 -> 5, stages 29 -> 10, tasks 98 -> 24, the same answers (the
+JSON's hash equal, base and new, at both sizes). At load 4.9-8.6 throughout (a colleague's process on a core, this
+session's tests niced beside), first query after start-up / warm, wall (driver JVM CPU, executor CPU): 1M base
+32.7, 37.3 s (28.4, 32.1; 4.6, 4.8) / 14.6, 15.2 s (12.0, 12.0), `--cold-at` 34.4, 29.8 / 14.9, 13.0 s; new 23.9,
+21.4 s (21.1, 18.4; 3.2, 3.1) / 8.6, 8.0 s (7.4, 6.6), `--cold-at` 24.3, 24.3 / 7.2, 9.0 s. 10M base 39.2, 35.2 s
+(33.4, 29.0; 6.8, 5.5) / 15.0, 16.6 s (13.8, 14.2), `--cold-at` 31.2, 33.2 / 16.4, 18.0 s; new 27.5, 25.1 s (23.5,
+21.8; 3.8, 3.7) / 8.5, 7.7 s (6.9, 6.2), `--cold-at` 24.7, 21.7 / 9.0, 8.8 s. So the first query -30% (wall and
+CPU) and the warm one -45%, alike at 1M and 10M. What is left of the first query is the cold JVM: 10.8k classes
+loaded during it (11.2k before), 3.2-4.3 s of client-compiler time, and the first job (reading the hours since the
+snapshot, ordering and caching their ~250k rows: 7.3 s of a 21 s first query under cProfile at load 6, where its
+collect took 5.8 s and reading the files' footers 2.1 s). Measured and not kept: a class-data-sharing archive of
+the driver JVM (`-XX:ArchiveClassesAtExit`, then `-XX:SharedArchiveFile`; 164 MB): first query's JVM CPU 17.4 ->
+13.6 s and start-up 9.1 -> 5.7 s (one pair, load 7), the largest lever left, but it needs the archive made and kept
+per JVM and Spark version, and the JVM's warnings kept off the command's stdout.
 """
 
 from __future__ import annotations

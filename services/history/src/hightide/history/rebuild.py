@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -220,6 +220,43 @@ def replica_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame, D
     and carried through the windows is narrow. Every window is over one replica's rows in one order, so the rows
     are shuffled and sorted once (a window over a finer partition, such as the log start's group, would sort them
     again: see how the log start is computed below)."""
+    rows = _replica_rows(events, scope)
+    by_replica = Window.partitionBy(*scope, *REPLICA_KEY).orderBy(*REPLICA_ORDER)
+    running = by_replica.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    before = by_replica.rowsBetween(Window.unboundedPreceding, -1)
+    gone = F.col("gone")
+    # A replica starts afresh at its first event and at the event after it went: unset values are 0 there.
+    fresh = F.coalesce(F.lag(gone.cast("int")).over(by_replica), F.lit(1)) == 1
+    gone_before = F.coalesce(F.sum(gone.cast("int")).over(before), F.lit(0))
+    staged = rows.select(
+        "*",
+        fresh.alias("fresh"),
+        F.row_number().over(by_replica).cast("long").alias("_i"),
+        F.lead(F.lit(True)).over(by_replica).isNull().alias("_last"),  # the replica's last row: its final state
+        (F.sum(F.col("_ls_sets").cast("int")).over(running) + gone_before).alias("ls_group"),
+        (F.sum(F.col("_ep_resets").cast("int")).over(running) + gone_before).alias("ep_group"),
+    )
+    # The log start is the value its group's first row set (0 if that row set none), lowered by every truncation
+    # since: a group begins at a setter or a fresh row, so the first is the last such row's value; and the least
+    # truncation of the row's own group is the greatest (group, -truncated_to) so far (groups only grow).
+    opened_group = F.when(F.col("_ls_sets") | F.col("fresh"), F.struct(F.col("_ls_set").alias("v")))
+    lowest = F.max(F.struct("ls_group", (-F.col("_ls_lowered")).alias("v"))).over(running)
+    with_offsets = staged.select(
+        "*",
+        F.last(_or_zero_when_fresh(F.col("_leo_set")), ignorenulls=True).over(running).alias("log_end_offset"),
+        F.last(_or_zero_when_fresh(F.col("_hw_set")), ignorenulls=True).over(running).alias("high_watermark"),
+        F.least(
+            F.coalesce(F.last(opened_group, ignorenulls=True).over(running).v, F.lit(0).cast("long")),
+            F.when(lowest.ls_group == F.col("ls_group"), -lowest.v),
+        ).alias("log_start_offset"),
+    )
+    return _with_epochs(with_offsets, scope)
+
+
+def _replica_rows(events: DataFrame, scope: Scope) -> DataFrame:
+    """The replica events, each parsed into the values the replica fold reads: what it sets (`_leo_set`, `_hw_set`,
+    `_ls_set` where `_ls_sets`), lowers (`_ls_lowered`) or resets (`_ep_resets`), its epoch cache operation (`_op`),
+    and whether it opens (`_open`), truncates (`_truncated`) or takes the replica away (`gone`)."""
     kind, p = F.col("type"), F.col("p")
     is_open, is_gone = kind == ev.LogOpened.TYPE, kind.isin(*_GONE_TYPES)
     truncated = kind == ev.LogTruncated.TYPE
@@ -251,36 +288,7 @@ def replica_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame, D
         _epoch_operation(kind, p).alias("_op"),
         F.when(is_open, p.leader_epochs).alias("_opened_epochs"),
     )
-    by_replica = Window.partitionBy(*scope, *REPLICA_KEY).orderBy(*REPLICA_ORDER)
-    running = by_replica.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    before = by_replica.rowsBetween(Window.unboundedPreceding, -1)
-    gone = F.col("gone")
-    # A replica starts afresh at its first event and at the event after it went: unset values are 0 there.
-    fresh = F.coalesce(F.lag(gone.cast("int")).over(by_replica), F.lit(1)) == 1
-    gone_before = F.coalesce(F.sum(gone.cast("int")).over(before), F.lit(0))
-    staged = rows.select(
-        "*",
-        fresh.alias("fresh"),
-        F.row_number().over(by_replica).cast("long").alias("_i"),
-        F.lead(F.lit(True)).over(by_replica).isNull().alias("_last"),  # the replica's last row: its final state
-        (F.sum(F.col("_ls_sets").cast("int")).over(running) + gone_before).alias("ls_group"),
-        (F.sum(F.col("_ep_resets").cast("int")).over(running) + gone_before).alias("ep_group"),
-    )
-    # The log start is the value its group's first row set (0 if that row set none), lowered by every truncation
-    # since: a group begins at a setter or a fresh row, so the first is the last such row's value; and the least
-    # truncation of the row's own group is the greatest (group, -truncated_to) so far (groups only grow).
-    opened_group = F.when(F.col("_ls_sets") | F.col("fresh"), F.struct(F.col("_ls_set").alias("v")))
-    lowest = F.max(F.struct("ls_group", (-F.col("_ls_lowered")).alias("v"))).over(running)
-    with_offsets = staged.select(
-        "*",
-        F.last(_or_zero_when_fresh(F.col("_leo_set")), ignorenulls=True).over(running).alias("log_end_offset"),
-        F.last(_or_zero_when_fresh(F.col("_hw_set")), ignorenulls=True).over(running).alias("high_watermark"),
-        F.least(
-            F.coalesce(F.last(opened_group, ignorenulls=True).over(running).v, F.lit(0).cast("long")),
-            F.when(lowest.ls_group == F.col("ls_group"), -lowest.v),
-        ).alias("log_start_offset"),
-    )
-    return _with_epochs(with_offsets, scope)
+    return rows
 
 
 def _or_zero_when_fresh(value: Column) -> Column:
@@ -377,12 +385,25 @@ def _op(kind: int, a: Column, b: Column | None = None) -> Column:
 def _epoch_step(cache: Column, step: Column) -> Column:
     """One of LeaderEpochFileCache's mutators (`hightide.audit.epochs`) on the live entries (e, s, f: the row that
     added it); the entries it removes join `dead` with t, the operation's row."""
-    live, op, at = cache.live, step._op, step._i
+    at = step._i
 
     def removing(kept: Column, removed: Column) -> Column:
         ended = F.transform(removed, lambda x: F.struct(x.e.alias("e"), x.s.alias("s"), x.f.alias("f"), at.alias("t")))
         return F.struct(kept.alias("live"), F.concat(cache.dead, ended).alias("dead"))
 
+    return _epoch_change(cache.live, step._op, at, removing, cache)
+
+
+def _live_step(live: Column, step: Column) -> Column:
+    """`_epoch_step` on the live entries alone (what the cache holds after the operation)."""
+    return _epoch_change(live, step._op, step._i, lambda kept, _: kept, live)
+
+
+def _epoch_change(
+    live: Column, op: Column, at: Column, removing: Callable[[Column, Column], Column], unchanged: Column
+) -> Column:
+    """The cache after `op` on the `live` entries, as `removing(kept entries, removed entries)` makes it (or
+    `unchanged`); an entry it adds has f = `at`."""
     # assign: unchanged for a negative entry (Kafka refuses it) or a later batch of the latest epoch; else the entries
     # from the end that would break the order go (maybeTruncateNonMonotonicEntries) and (epoch, start) is appended.
     epoch, start = op.a, op.b
@@ -406,8 +427,80 @@ def _epoch_step(cache: Column, step: Column) -> Column:
         F.when((op.kind == _ASSIGN) & ~same, assigned)
         .when((op.kind == _TRUNCATE_FROM_END) & (end >= 0), from_end)
         .when((op.kind == _TRUNCATE_FROM_START) & (op.a >= 0) & (F.size(removed) > 0), from_start)
-        .otherwise(cache)
+        .otherwise(unchanged)
     )
+
+
+def final_replica_states(events: DataFrame, scope: Scope = ()) -> DataFrame:
+    """`final_replicas(*replica_timeline(events, scope))` without the timeline: each live replica's state after all
+    its events, from one aggregate per replica (its rows in `REPLICA_ORDER`, folded with array functions), for a
+    state at an instant, which needs no state but the last. The rules are the timeline's: the values set since the
+    replica last went (0 where none was), the log start its last setter left lowered by every truncation since, and
+    the epoch cache the operations since its last reset leave (`_live_step`). Its plan is one shuffle and one
+    aggregate where the timeline's is a window over every row, the epoch timeline's aggregate and window, and two
+    joins: in a fresh JVM planning that cost more than folding the rows."""
+    fields = [*REPLICA_ORDER, "wall_ms", "event_id", "gone", *_FINAL_FIELDS]
+    folded = (
+        _replica_rows(events, scope)
+        .groupBy(*scope, *REPLICA_KEY)
+        .agg(F.sort_array(F.collect_list(F.struct(*fields))).alias("_rows"))
+    )
+    rows = F.col("_rows")
+    count = F.size(rows)
+    # The rows since the replica last went (all of them if it never did); the first of them starts afresh.
+    went = F.coalesce(F.array_max(F.transform(rows, lambda x, i: F.when(x.gone, i + 1).otherwise(0))), F.lit(0))
+    since = F.slice(rows, went + 1, count - went)
+    last = F.try_element_at(rows, F.lit(-1))
+
+    def last_set(field: str) -> Column:
+        value = F.try_element_at(F.filter(since, lambda x: x[field].isNotNull()), F.lit(-1))[field]
+        return F.coalesce(value, F.lit(0).cast("long"))
+
+    def since_last(flag: str) -> Column:
+        """The rows from the last one with `flag` set (or from the fresh first row) on."""
+        start = F.array_max(F.transform(since, lambda x, i: F.when(x[flag], i + 1).otherwise(1)))
+        return F.slice(since, start, F.size(since) - start + 1)
+
+    group = since_last("_ls_sets")
+    lowered = F.array_min(F.transform(F.filter(group, lambda x: x._ls_lowered.isNotNull()), lambda x: x._ls_lowered))
+    cache = since_last("_ep_resets")
+    initial = F.transform(
+        F.coalesce(F.try_element_at(cache, F.lit(1))._opened_epochs, F.array().cast(EPOCHS_TYPE)),
+        lambda x: F.struct(x[0].alias("e"), x[1].alias("s"), F.lit(0).cast("long").alias("f")),
+    )
+    operations = F.transform(
+        F.filter(cache, lambda x: x._op.isNotNull()), lambda x: F.struct(F.lit(0).cast("long").alias("_i"), x._op)
+    )
+    held = F.sort_array(
+        F.transform(
+            F.aggregate(operations, initial, _live_step),
+            lambda x: F.struct(x.s.alias("start_offset"), x.e.alias("leader_epoch")),
+        )
+    )
+    return folded.where(~last.gone).select(
+        *scope,
+        *REPLICA_KEY,
+        F.least(F.coalesce(F.try_element_at(group, F.lit(1))._ls_set, F.lit(0).cast("long")), lowered).alias(
+            "log_start_offset"
+        ),
+        last_set("_leo_set").alias("log_end_offset"),
+        last_set("_hw_set").alias("high_watermark"),
+        F.transform(held, lambda x: F.array(x.leader_epoch, x.start_offset)).alias("epoch_entries"),
+        last.wall_ms.alias("wall_ms"),
+        last.event_id.alias("event_id"),
+    )
+
+
+_FINAL_FIELDS: Final = (
+    "_leo_set",
+    "_hw_set",
+    "_ls_sets",
+    "_ls_set",
+    "_ls_lowered",
+    "_ep_resets",
+    "_op",
+    "_opened_epochs",
+)
 
 
 # -- partitions --------------------------------------------------------------------------------------------------
@@ -419,48 +512,87 @@ def controller_side(events: DataFrame) -> DataFrame:
     over them then runs where they are, without a shuffle: each shuffle of so few rows into the default partitions
     cost a stage, and the partition fold had about twenty of them, most of a rebuild --at's time.
 
-    Computed once per `events` (a lazy local checkpoint, which keeps the single partition and cuts the lineage): the
-    fold's branches (takeovers, fences, decisions, terms) then read it instead of scanning `events` each. Joins on
-    it broadcast their other side, so that they keep its one partition too (a sort-merge join would shuffle both
-    sides into the default partitions again)."""
+    Computed once per `events` (a local checkpoint, which keeps the single partition and cuts the lineage): the
+    fold's branches (takeovers, fences, decisions, terms) then read it instead of scanning `events` each. What
+    combines its rows is a window function over that one partition (`decided_events`, `offline_replicas`,
+    `partition_timeline`), not a join: a sort-merge join would shuffle both sides into the default partitions
+    again, and a broadcast join runs a job of its own for each broadcast. The checkpoint is eager: computed as it is
+    made, once (lazily, the first jobs to read it computed it, and the ordered events under it, each on its own)."""
     held = _CONTROLLER_SIDE.get(events)
     if held is None:
         rows = events.where(F.col("type").isin(*CONTROLLER_TYPES, *STAMPED_TYPES)).repartition(1)
-        held = _CONTROLLER_SIDE[events] = rows.localCheckpoint(eager=False)
+        held = _CONTROLLER_SIDE[events] = rows.localCheckpoint(eager=True)
     return held
 
 
 _CONTROLLER_SIDE: Final[weakref.WeakKeyDictionary[DataFrame, DataFrame]] = weakref.WeakKeyDictionary()
 
 
+_CONTROLLER_COLUMNS: Final = (
+    "service",
+    "emitter_id",
+    "incarnation",
+    "position",
+    "wall_ms",
+    "event_id",
+    "type",
+    "topic",
+    "partition",
+    "replica",
+)
+
+
 def controller_events(events: DataFrame, scope: Scope = ()) -> DataFrame:
     """The controller-side events (metadata and controller terms) with their payload fields as columns; stamps of
     version 1 events (no stamp) read as -1."""
-    parsed = (
-        controller_side(events)
-        .where(F.col("type").isin(*CONTROLLER_TYPES))
-        .withColumn("p", F.from_json("payload", _METADATA_FIELDS))
+    fields = [*_CONTROLLER_COLUMNS, "broker", *_METADATA_FIELDS.fieldNames()]
+    return decided_events(events, scope).where(F.col("type").isin(*CONTROLLER_TYPES)).select(*scope, *fields)
+
+
+def decided_events(events: DataFrame, scope: Scope = ()) -> DataFrame:
+    """Every row of `controller_side` with its payload's fields as columns (`controller_events`' and `sequence`)
+    and, for a stamped decision (controller epoch and metadata offset both set), `committed_below`: the offset from
+    which its controller epoch wrote nothing (the least takeover offset of a later epoch, or the offset its own
+    fenced append was refused at), or null while the history knows none.
+
+    Window functions over the few rows, in their one partition (`controller_side`), not joins: a join with the
+    takeovers and the fences broadcast them, and every broadcast is a job of its own. Computed once per (`events`,
+    `scope`), a lazy local checkpoint: the stamped decisions and metadata order both read it."""
+    by_scope = _DECIDED.setdefault(events, {})
+    held = by_scope.get(tuple(scope))
+    if held is None:
+        held = by_scope[tuple(scope)] = _decided_events(events, scope).localCheckpoint(eager=False)
+    return held
+
+
+_DECIDED: Final[weakref.WeakKeyDictionary[DataFrame, dict[tuple[str, ...], DataFrame]]] = weakref.WeakKeyDictionary()
+
+
+def _decided_events(events: DataFrame, scope: Scope) -> DataFrame:
+    p, kind = F.col("p"), F.col("type")
+    parsed = controller_side(events).select(
+        *scope, *_CONTROLLER_COLUMNS, "sequence", "payload", F.from_json("payload", _METADATA_FIELDS).alias("p")
     )
-    p = F.col("p")
-    return parsed.select(
+    columns = parsed.select(
         *scope,
-        "service",
-        "emitter_id",
-        "incarnation",
-        "position",
-        "wall_ms",
-        "event_id",
-        "type",
-        "topic",
-        "partition",
-        "replica",
-        F.when(F.col("type") == ev.BrokerRegistered.TYPE, F.get_json_object("payload", "$.broker").cast("int")).alias(
-            "broker"
-        ),
+        *_CONTROLLER_COLUMNS,
+        "sequence",
+        F.when(kind == ev.BrokerRegistered.TYPE, F.get_json_object("payload", "$.broker").cast("int")).alias("broker"),
         F.coalesce(p.controller_epoch, F.lit(-1)).alias("controller_epoch"),
         F.coalesce(p.metadata_offset, F.lit(-1).cast("long")).alias("metadata_offset"),
         *[p.getField(name).alias(name) for name in _METADATA_FIELDS.fieldNames()[2:]],
     )
+    offset = F.col("metadata_offset")
+    # A takeover's offset counts for every decision of an earlier epoch: the epochs from the decision's own + 1 up.
+    later = Window.partitionBy(*scope).orderBy("controller_epoch").rangeBetween(1, Window.unboundedFollowing)
+    takeover = F.min(F.when((kind == ev.ControllerElected.TYPE) & (offset >= 0), offset)).over(later)
+    # A fenced append counts for its own epoch: the last one's offset + 1 in history order (rows of other kinds have
+    # no order, which max_by passes over).
+    fenced = (kind == ev.ControllerDeposed.TYPE) & (F.col("reason") == "append_fenced") & (offset >= 0)
+    own = Window.partitionBy(*scope, "controller_epoch")
+    refused = F.max_by(F.when(fenced, offset + 1), F.when(fenced, F.struct(*REPLICA_ORDER))).over(own)
+    decision = kind.isin(*STAMPED_TYPES) & (F.col("controller_epoch") >= 0) & (offset >= 0)
+    return columns.select("*", F.when(decision, F.least(takeover, refused)).alias("committed_below"))
 
 
 def metadata_order(events: DataFrame, scope: Scope = ()) -> DataFrame:
@@ -482,51 +614,22 @@ _METADATA_ORDER: Final[weakref.WeakKeyDictionary[DataFrame, dict[tuple[str, ...]
 
 
 def _metadata_order(events: DataFrame, scope: Scope) -> DataFrame:
-    controller = controller_events(events, scope)
     kind = F.col("type")
-    takeovers = (
-        controller.where((kind == ev.ControllerElected.TYPE) & (F.col("metadata_offset") >= 0))
-        .groupBy(*scope, F.col("controller_epoch").alias("t_epoch"))
-        .agg(F.min("metadata_offset").alias("t_offset"))
-    )
-    fenced = (
-        controller.where(
-            (kind == ev.ControllerDeposed.TYPE) & (F.col("reason") == "append_fenced") & (F.col("metadata_offset") >= 0)
-        )
-        .groupBy(*scope, F.col("controller_epoch").alias("f_epoch"))
-        .agg(F.max_by(F.col("metadata_offset") + 1, F.struct(*REPLICA_ORDER)).alias("f_offset"))
-    )
-    decisions = controller.where(
-        kind.isin(*METADATA_TYPES) & (F.col("controller_epoch") >= 0) & (F.col("metadata_offset") >= 0)
-    )
-    later = (F.col("t_epoch") > F.col("controller_epoch")) & _same_scope(scope, "_t_")
-    bounds = (
-        decisions.select(*scope, "event_id", "controller_epoch")
-        .join(F.broadcast(takeovers.withColumnsRenamed({c: f"_t_{c}" for c in scope})), later)
-        .groupBy(*scope, "event_id")
-        .agg(F.min("t_offset").alias("next_takeover"))
-    )
-    fenced_own = F.col("f_epoch") == F.col("controller_epoch")
-    abandoned = (
-        decisions.join(F.broadcast(bounds), [*scope, "event_id"], "left")
-        .join(
-            F.broadcast(fenced.withColumnsRenamed({c: f"_f_{c}" for c in scope})),
-            fenced_own & _same_scope(scope, "_f_"),
-            "left",
-        )
-        .where(F.col("metadata_offset") >= F.least("next_takeover", "f_offset"))
-        .select(*scope, "event_id", F.lit(True).alias("abandoned"))
-    )
+    controller = decided_events(events, scope).where(kind.isin(*CONTROLLER_TYPES))
+    # The metadata types are stamped decisions: the abandoned ones are at or past their `committed_below`.
+    at_or_past = F.col("metadata_offset") >= F.col("committed_below")
+    abandoned = F.coalesce(kind.isin(*METADATA_TYPES) & at_or_past, F.lit(False))
     emitter = Window.partitionBy(*scope, "service", "emitter_id").orderBy("position")
     elected = kind == ev.ControllerElected.TYPE
-    termed = controller.join(F.broadcast(abandoned), [*scope, "event_id"], "left").select(
+    termed = controller.select(
         "*",
+        abandoned.alias("abandoned"),
         F.sum(elected.cast("int")).over(emitter).alias("term"),
         F.coalesce(
             F.last(F.when(elected, F.col("controller_epoch")), ignorenulls=True).over(emitter), F.lit(NO_TERM)
         ).alias("term_epoch"),
     )
-    kept = termed.where(kind.isin(*METADATA_TYPES) & F.col("abandoned").isNull())
+    kept = termed.where(kind.isin(*METADATA_TYPES) & ~F.col("abandoned"))
     term = Window.partitionBy(*scope, "service", "emitter_id", "term")
     first_by = F.struct("position")
     ordered = kept.select(
@@ -538,12 +641,13 @@ def _metadata_order(events: DataFrame, scope: Scope) -> DataFrame:
         "term_epoch", "term_wall_ms", "service", "emitter_id", "term_incarnation", "position"
     )
     # `term` (the emitter's count of ControllerElected so far) stays: a snapshot keeps each term's first event.
-    return ordered.withColumn("metadata_order", F.row_number().over(order)).drop("abandoned")
+    ordered_rows = ordered.withColumn("metadata_order", F.row_number().over(order))
+    return ordered_rows.drop("abandoned", "sequence", "committed_below")
 
 
 def partition_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame, DataFrame]:
-    """(one row per PartitionChanged the fold takes, in metadata order; per topic its last life and whether it
-    ended deleted)."""
+    """(one row per PartitionChanged the fold takes, in metadata order, with its topic's last life and end
+    (`_topic_life`, `_topic_deleted`); per topic its last life and whether it ended deleted)."""
     ordered = metadata_order(events, scope).where(
         F.col("type").isin(ev.TopicCreated.TYPE, ev.TopicDeleted.TYPE, ev.PartitionChanged.TYPE)
     )
@@ -555,10 +659,18 @@ def partition_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame,
         (F.sum((kind == ev.TopicCreated.TYPE).cast("int")).over(by_topic) - 1).alias("life"),
         F.coalesce(F.last(topic_event, ignorenulls=True).over(by_topic), F.lit(False)).alias("topic_deleted"),
     )
+    # Each row also carries its topic's last life and whether the topic ended deleted (`final_partitions` keeps the
+    # changes of live topics' last lives): a window in the same order, not a join with `topics` (a broadcast, a job).
+    whole_topic = by_topic.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    ended = lived.select(
+        "*",
+        F.last("life").over(whole_topic).alias("_topic_life"),
+        F.last("topic_deleted").over(whole_topic).alias("_topic_deleted"),
+    )
     topics = lived.groupBy(*scope, "topic").agg(
         F.max_by("life", "metadata_order").alias("life"), F.max_by("topic_deleted", "metadata_order").alias("deleted")
     )
-    changes = lived.where((kind == ev.PartitionChanged.TYPE) & ~F.col("topic_deleted"))
+    changes = ended.where((kind == ev.PartitionChanged.TYPE) & ~F.col("topic_deleted"))
     in_life = (
         Window.partitionBy(*scope, *PARTITION_KEY, "life")
         .orderBy("metadata_order")
@@ -576,17 +688,15 @@ def partition_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame,
 def final_states(rebuilt: Rebuilt, scope: Scope = ()) -> tuple[DataFrame, DataFrame]:
     """(each live replica's state after all the events, each live partition's): the last timeline rows."""
     replicas = final_replicas(rebuilt.replicas, rebuilt.epochs, scope)
-    return replicas, final_partitions(rebuilt.partitions, rebuilt.topics, scope)
+    return replicas, final_partitions(rebuilt.partitions, scope)
 
 
-def final_partitions(partitions: DataFrame, topics: DataFrame, scope: Scope = ()) -> DataFrame:
-    """Each live partition's state after all the events, from `partition_timeline`'s frames: the last change it
-    took in its topic's last life (with its `event_id`)."""
+def final_partitions(partitions: DataFrame, scope: Scope = ()) -> DataFrame:
+    """Each live partition's state after all the events, from `partition_timeline`'s rows: the last change it took
+    in its topic's last life (with its `event_id`), where the topic did not end deleted."""
     last_change = Window.partitionBy(*scope, *PARTITION_KEY).orderBy(F.col("metadata_order").desc())
-    live = topics.where(~F.col("deleted")).select(*scope, "topic", F.col("life").alias("_life"))
     return (
-        partitions.join(F.broadcast(live), [*scope, "topic"])
-        .where(F.col("life") == F.col("_life"))
+        partitions.where((F.col("life") == F.col("_topic_life")) & ~F.col("_topic_deleted"))
         .withColumn("_n", F.row_number().over(last_change))
         .where(F.col("_n") == 1)
         .select(
@@ -620,14 +730,6 @@ def final_replicas(replicas: DataFrame, epochs: DataFrame, scope: Scope = ()) ->
         "wall_ms",
         "event_id",
     )
-
-
-def _same_scope(scope: Scope, prefix: str) -> Column:
-    """Rows of one scope: the right side's scope columns renamed with `prefix` (a join on a condition)."""
-    condition = F.lit(True)
-    for name in scope:
-        condition = condition & (F.col(name) == F.col(f"{prefix}{name}"))
-    return condition
 
 
 def ordered(
@@ -722,9 +824,6 @@ FOLD_COLUMNS: Final = (
     "partition",
     "replica",
 )
-_STAMP_FIELDS: Final = T.StructType(
-    [T.StructField("controller_epoch", T.IntegerType(), True), T.StructField("metadata_offset", T.LongType(), True)]
-)
 ABANDONED_SCHEMA: Final = T.StructType(
     [
         T.StructField("service", T.StringType(), True),
@@ -755,46 +854,10 @@ def abandoned_intents(events: DataFrame, scope: Scope = ()) -> DataFrame:
 def stamped_decisions(events: DataFrame, scope: Scope = ()) -> DataFrame:
     """Every stamped decision (controller epoch and metadata offset both set) with `committed_below`: the offset from
     which its controller epoch wrote nothing, or null while the history knows none (`abandoned_intents` keeps those
-    at or past it)."""
-    controller = controller_events(events, scope)
-    kind = F.col("type")
-    takeovers = (
-        controller.where((kind == ev.ControllerElected.TYPE) & (F.col("metadata_offset") >= 0))
-        .groupBy(*scope, F.col("controller_epoch").alias("t_epoch"))
-        .agg(F.min("metadata_offset").alias("t_offset"))
-    )
-    fenced = (
-        controller.where(
-            (kind == ev.ControllerDeposed.TYPE) & (F.col("reason") == "append_fenced") & (F.col("metadata_offset") >= 0)
-        )
-        .groupBy(*scope, F.col("controller_epoch").alias("f_epoch"))
-        .agg(F.max_by(F.col("metadata_offset") + 1, F.struct(*REPLICA_ORDER)).alias("f_offset"))
-    )
-    stamp = F.from_json("payload", _STAMP_FIELDS)
-    decisions = (
-        controller_side(events)
-        .where(F.col("type").isin(*STAMPED_TYPES))
-        .select(*scope, *REPLICA_ORDER, "incarnation", "sequence", "event_id", "type", stamp.alias("s"))
-        .select(
-            "*",
-            F.coalesce(F.col("s.controller_epoch"), F.lit(-1)).alias("controller_epoch"),
-            F.coalesce(F.col("s.metadata_offset"), F.lit(-1).cast("long")).alias("metadata_offset"),
-        )
-        .drop("s")
-        .where((F.col("controller_epoch") >= 0) & (F.col("metadata_offset") >= 0))
-    )
-    later = (F.col("t_epoch") > F.col("controller_epoch")) & _same_scope(scope, "_t_")
-    bounds = (
-        decisions.select(*scope, "event_id", "controller_epoch")
-        .join(F.broadcast(takeovers.withColumnsRenamed({c: f"_t_{c}" for c in scope})), later)
-        .groupBy(*scope, "event_id")
-        .agg(F.min("t_offset").alias("next_takeover"))
-    )
-    fenced_own = (F.col("f_epoch") == F.col("controller_epoch")) & _same_scope(scope, "_f_")
-    return (
-        decisions.join(F.broadcast(bounds), [*scope, "event_id"], "left")
-        .join(F.broadcast(fenced.withColumnsRenamed({c: f"_f_{c}" for c in scope})), fenced_own, "left")
-        .withColumn("committed_below", F.least("next_takeover", "f_offset"))
+    at or past it). See `decided_events`."""
+    decided = decided_events(events, scope)
+    return decided.where(
+        F.col("type").isin(*STAMPED_TYPES) & (F.col("controller_epoch") >= 0) & (F.col("metadata_offset") >= 0)
     )
 
 
@@ -802,32 +865,34 @@ def offline_replicas(events: DataFrame, scope: Scope = ()) -> DataFrame:
     """`hightide.audit.rebuild.ClusterState.offline_replicas`: per partition, the replicas (sorted) whose last
     ReplicaMarkedOffline in metadata order comes after every BrokerRegistered of their broker and after the start or
     end of their topic's last life (which clear it). Columns: `scope`, topic, partition, replicas."""
-    kind = F.col("type")
-    ordered = metadata_order(events, scope).select(
-        *scope, "event_id", "type", "topic", "partition", "replica", "broker", "metadata_order"
+    kind, order = F.col("type"), F.col("metadata_order")
+    marks = kind == ev.ReplicaMarkedOffline.TYPE
+    registrations, lives = kind == ev.BrokerRegistered.TYPE, kind.isin(ev.TopicCreated.TYPE, ev.TopicDeleted.TYPE)
+    # The last registration of each mark's broker and the last start or end of its topic's life, by windows over
+    # the few rows in their one partition (joins would broadcast them: a job each).
+    node = F.when(registrations, F.col("broker")).when(marks, F.col("replica"))
+    listed = (
+        metadata_order(events, scope)
+        .where(marks | registrations | lives)
+        .select(*scope, "type", "topic", "partition", "replica", "metadata_order", node.alias("_node"))
+        .select(
+            "*",
+            F.max(F.when(registrations, order)).over(Window.partitionBy(*scope, "_node")).alias("registered_at"),
+            F.max(F.when(lives, order)).over(Window.partitionBy(*scope, "topic")).alias("life_at"),
+        )
     )
     marked = (
-        ordered.where(kind == ev.ReplicaMarkedOffline.TYPE)
+        listed.where(marks)
         .groupBy(*scope, "topic", "partition", "replica")
-        .agg(F.max("metadata_order").alias("marked_at"))
-    )
-    registered = (
-        ordered.where(kind == ev.BrokerRegistered.TYPE)
-        .groupBy(*scope, F.col("broker").alias("replica"))
-        .agg(F.max("metadata_order").alias("registered_at"))
-    )
-    lives = (
-        ordered.where(kind.isin(ev.TopicCreated.TYPE, ev.TopicDeleted.TYPE))
-        .groupBy(*scope, "topic")
-        .agg(F.max("metadata_order").alias("life_at"))
-    )
-    still = (
-        marked.join(F.broadcast(registered), [*scope, "replica"], "left")
-        .join(F.broadcast(lives), [*scope, "topic"], "left")
-        .where(
-            (F.col("registered_at").isNull() | (F.col("registered_at") < F.col("marked_at")))
-            & (F.col("life_at").isNull() | (F.col("life_at") < F.col("marked_at")))
+        .agg(
+            F.max("metadata_order").alias("marked_at"),
+            F.max("registered_at").alias("registered_at"),
+            F.max("life_at").alias("life_at"),
         )
+    )
+    still = marked.where(
+        (F.col("registered_at").isNull() | (F.col("registered_at") < F.col("marked_at")))
+        & (F.col("life_at").isNull() | (F.col("life_at") < F.col("marked_at")))
     )
     return still.groupBy(*scope, "topic", "partition").agg(F.sort_array(F.collect_list("replica")).alias("replicas"))
 

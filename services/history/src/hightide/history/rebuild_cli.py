@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from hightide.history.audit_cli import master_url
 from hightide.lake.layout import HOUR_MS, LakeError
@@ -120,47 +120,16 @@ def short_job(args: argparse.Namespace, at_ms: int) -> bool:
     return latest_valid(args.lake, at_ms, lake_files(args.lake)) is not None
 
 
-# Settings of the SQL session while the state at an instant is computed from a snapshot: the rows are few (the
-# controller side and the events since the snapshot), so adaptive execution has nothing to merge, and its re-planning
-# after each stage (a job per shuffle and per broadcast) doubled the jobs: 39 -> 19 on the 1M lake. Nor does generated
-# code pay for so few rows: a fresh JVM compiled ~270 classes with Janino for the query (12 s of the first query's
-# wall at 1M), where interpreted expressions and operators cost nothing to prepare (driver JVM CPU of the first
-# query 24.7 -> 16.2 s at 1M, the answer the same; measured A/B, see `hightide.history.bench`).
-_FROM_SNAPSHOT_CONF: Final = {
-    "spark.sql.adaptive.enabled": "false",
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",  # as `spark.INTERPRETED` (not imported: no Spark for --help)
-}
-
-
 def state_at(spark: SparkSession, lake: Path, at_ms: int, topic: str | None, use_snapshots: bool) -> dict[str, Any]:
     """The state at `at_ms` as a plain dict: partitions (each with its replicas), sorted by topic and partition."""
-    from hightide.history.snapshot import lake_files, latest_valid, rebuild_at  # noqa: PLC0415 (as above)
+    from hightide.history.snapshot import rebuild_at  # noqa: PLC0415 (as above)
 
-    if not use_snapshots or latest_valid(lake, at_ms, lake_files(lake)) is None:
-        return _collected(rebuild_at(spark, lake, at_ms, use_snapshots), at_ms, topic)
-    # Set before the frames are built: the events are persisted as they are planned then.
-    held = {key: spark.conf.get(key) for key in _FROM_SNAPSHOT_CONF}
-    for key, value in _FROM_SNAPSHOT_CONF.items():
-        spark.conf.set(key, value)
-    try:
-        return _collected(rebuild_at(spark, lake, at_ms, use_snapshots), at_ms, topic)
-    finally:
-        for key, before in held.items():
-            if before is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, before)
+    return _shown(rebuild_at(spark, lake, at_ms, use_snapshots, topic), at_ms)
 
 
-def _collected(rebuilt: RebuiltAt, at_ms: int, topic: str | None) -> dict[str, Any]:
-    from pyspark.sql import functions as F  # noqa: PLC0415 (as above)
-
-    replicas, partitions = rebuilt.replicas, rebuilt.partitions
-    if topic is not None:
-        replicas, partitions = replicas.where(F.col("topic") == topic), partitions.where(F.col("topic") == topic)
+def _shown(rebuilt: RebuiltAt, at_ms: int) -> dict[str, Any]:
     held: dict[tuple[str, int], dict[str, Any]] = {}
-    for row in partitions.collect():
+    for row in rebuilt.partitions:
         held[(row.topic, row.partition)] = {
             "topic": row.topic,
             "partition": row.partition,
@@ -173,7 +142,7 @@ def _collected(rebuilt: RebuiltAt, at_ms: int, topic: str | None) -> dict[str, A
             "last_known_elr": list(row.last_known_elr),
             "replica_states": [],
         }
-    for row in replicas.collect():
+    for row in rebuilt.replicas:
         partition = held.setdefault(
             (row.topic, row.partition), {"topic": row.topic, "partition": row.partition, "replica_states": []}
         )
@@ -188,8 +157,7 @@ def _collected(rebuilt: RebuiltAt, at_ms: int, topic: str | None) -> dict[str, A
         )
     for partition in held.values():
         partition["replica_states"].sort(key=lambda replica: replica["replica"])
-    offline, abandoned = controller_lists(rebuilt, topic)
-    rebuilt.release()
+    offline, abandoned = controller_lists(rebuilt)
     for key, marked in offline.items():
         partition = held.setdefault(key, {"topic": key[0], "partition": key[1], "replica_states": []})
         partition["offline_replicas"] = marked
@@ -205,22 +173,12 @@ def _collected(rebuilt: RebuiltAt, at_ms: int, topic: str | None) -> dict[str, A
 # -- issue 12 (gaps): the lists the plain rebuild gives besides the state -------------------------------------------
 
 
-def controller_lists(
-    rebuilt: RebuiltAt, topic: str | None
-) -> tuple[dict[tuple[str, int], list[int]], list[dict[str, Any]]]:
+def controller_lists(rebuilt: RebuiltAt) -> tuple[dict[tuple[str, int], list[int]], list[dict[str, Any]]]:
     """(each partition's replicas marked offline at the instant, the controller decisions abandoned by then), as
-    `hightide.audit.rebuild` lists them, from the ordered events the folds read (`RebuiltAt.events`): their
-    controller side is the one the partition fold already gathered and ordered (`rebuild.controller_side`,
-    `rebuild.metadata_order`), so the lists add no read and no second ordering of it; the abandoned intents are the
-    ones `rebuild_at` listed already (it checks a snapshot's continuation against them)."""
-    from pyspark.sql import functions as F  # noqa: PLC0415 (Spark only when a command runs)
-
-    from hightide.history.rebuild import offline_replicas  # noqa: PLC0415
-
-    offline = offline_replicas(rebuilt.events)
-    if topic is not None:
-        offline = offline.where(F.col("topic") == topic)
-    listed = {(row.topic, row.partition): list(row.replicas) for row in offline.collect()}
+    `hightide.audit.rebuild` lists them: `rebuild_at` collected them with the state, from the ordered events the
+    folds read (their controller side is the one the partition fold gathered and ordered:
+    `rebuild.controller_side`, `rebuild.metadata_order`), so the lists add no read and no second ordering of it."""
+    listed = {(row.topic, row.partition): list(row.replicas) for row in rebuilt.offline}
     abandoned = [
         {
             "event_id": row.event_id,

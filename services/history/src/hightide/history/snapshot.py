@@ -57,7 +57,8 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -72,16 +73,15 @@ from hightide.history.rebuild import (
     CONTROLLER_TYPES,
     EPOCHS_TYPE,
     STAMPED_TYPES,
-    Rebuilt,
     abandoned_intents,
     controller_side,
     final_partitions,
+    final_replica_states,
     final_replicas,
-    final_states,
     fold_events,
     metadata_order,
+    offline_replicas,
     partition_timeline,
-    rebuild_frames,
     replica_timeline,
     stamped_decisions,
 )
@@ -229,27 +229,9 @@ def load(spark: SparkSession, snapshot: Snapshot) -> Snapshotted:
 # -- folding on from a snapshot -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Continued:
-    frames: Rebuilt
-    events: DataFrame  # the ordered events the folds read
-
-
-def continued(
-    rows: DataFrame, held: Snapshotted | None, boundary_ms: int, persist: bool = False, whole: bool = False
-) -> Continued:
-    """The timelines of the snapshot's state followed by `rows` (lake rows at or after its boundary); `persist`
-    keeps the ordered events for both folds (the state at an instant computes both). The controller side before the
-    boundary is the snapshot's continuation (`Snapshotted.controller`), or with `whole` all of it (`metadata`)."""
-    events = _continued_events(rows, held, boundary_ms, whole)
-    if persist:
-        events = events.persist(StorageLevel.MEMORY_AND_DISK)
-    return Continued(rebuild_frames(events), events)
-
-
 def _continued_events(rows: DataFrame, held: Snapshotted | None, boundary_ms: int, whole: bool = False) -> DataFrame:
-    """The ordered events of `continued`'s folds: `rows` and, after a snapshot, its controller events (the
-    continuation's, or with `whole` all) and its replicas as LogOpened rows."""
+    """The ordered events the folds of the state at an instant read: `rows` and, after a snapshot, its controller
+    events (the continuation's, or with `whole` all) and its replicas as LogOpened rows."""
     if held is None:
         return ordered_with_starts(rows, None)
     before = held.metadata if whole else held.controller
@@ -304,11 +286,13 @@ def _controller_side() -> Column:
     return F.col("type").isin(*CONTROLLER_TYPES, *STAMPED_TYPES) | (F.col("service") == CONTROLLER_SERVICE)
 
 
-def clock_went_back(rows: DataFrame, held: Snapshotted) -> bool:
-    """An event read after the boundary that its incarnation's events before it should have followed."""
+def _clock_went_back(rows: DataFrame, held: Snapshotted) -> DataFrame:
+    """The incarnations with an event read after the boundary that their events before it should have followed (a
+    wall clock went back across it): none, unless the snapshot cannot be used."""
     last = held.incarnations.select("service", "emitter_id", "incarnation", "last_sequence")
-    joined = rows.join(F.broadcast(last), ["service", "emitter_id", "incarnation"])
-    return bool(joined.where(F.col("sequence") < F.col("last_sequence")).limit(1).count())
+    key = ["service", "emitter_id", "incarnation"]
+    joined = rows.select(*key, "sequence").join(F.broadcast(last), key)
+    return joined.where(F.col("sequence") < F.col("last_sequence")).select(*key).distinct()
 
 
 # -- the controller side's continuation ------------------------------------------------------------------------------
@@ -320,12 +304,12 @@ def continuation_ids(events: DataFrame) -> dict[str, list[str]]:
     that gives it is enough (see the module docstring)."""
     order = metadata_order(events)
     kind = F.col("type")
-    partitions, topics = partition_timeline(events)
+    partitions = partition_timeline(events)[0]
     decided = stamped_decisions(events)
     abandoned = F.coalesce(F.col("metadata_offset") >= F.col("committed_below"), F.lit(False))
     pieces = {
         "topic_lives": _last(order.where(kind.isin(ev.TopicCreated.TYPE, ev.TopicDeleted.TYPE)), "topic"),
-        "partitions": final_partitions(partitions, topics).select("event_id"),
+        "partitions": final_partitions(partitions).select("event_id"),
         "offline_marks": _last(order.where(kind == ev.ReplicaMarkedOffline.TYPE), "topic", "partition", "replica"),
         "registrations": _last(order.where(kind == ev.BrokerRegistered.TYPE), "broker"),
         "term_starts": order.groupBy("service", "emitter_id", "term").agg(
@@ -349,20 +333,23 @@ def _last(frame: DataFrame, *key: str) -> DataFrame:
     return frame.groupBy(*key).agg(F.max_by("event_id", "metadata_order").alias("event_id"))
 
 
-def continuation_holds(events: DataFrame, snapshot: Snapshot, abandoned: frozenset[str]) -> bool:
-    """Whether the folds over `events` (the snapshot's continuation and the events since its boundary) are the folds
-    of the whole history: no decision before the boundary changed sides (a later takeover abandoning one kept, or a
-    later fence taking one back), and every metadata event since the boundary comes after all those before it in
-    metadata order. `abandoned`: the ids `abandoned_intents` of `events` lists."""
+def _order_before(events: DataFrame, boundary_ms: int) -> DataFrame:
+    """One row: the last place in metadata order of a metadata event before the boundary (`last`) and how many
+    there are (`n`); `continuation_holds` reads it."""
+    before = F.col("wall_ms") < boundary_ms
+    return metadata_order(events).agg(
+        F.max(F.when(before, F.col("metadata_order"))).alias("last"), F.count(F.when(before, 1)).alias("n")
+    )
+
+
+def continuation_holds(snapshot: Snapshot, abandoned: frozenset[str], order: Row | None) -> bool:
+    """Whether the folds over the snapshot's continuation and the events since its boundary are the folds of the
+    whole history: no decision before the boundary changed sides (a later takeover abandoning one kept, or a later
+    fence taking one back), and every metadata event since the boundary comes after all those before it in metadata
+    order. `abandoned`: the ids `abandoned_intents` of those events lists; `order`: their `_order_before` row."""
     if not snapshot.abandoned <= abandoned or snapshot.probes & abandoned:
         return False
-    before = F.col("wall_ms") < snapshot.boundary_ms
-    held = (
-        metadata_order(events)
-        .agg(F.max(F.when(before, F.col("metadata_order"))).alias("last"), F.count(F.when(before, 1)).alias("n"))
-        .first()
-    )
-    return held is None or held.n in (0, held.last)
+    return order is None or order.n in (0, order.last)
 
 
 # -- writing snapshots ----------------------------------------------------------------------------------------------
@@ -439,54 +426,134 @@ def _write(
 
 # -- the state at an instant --------------------------------------------------------------------------------------
 
+# Settings of the SQL session while the state at an instant is computed from a snapshot (`rebuild_at` sets them
+# before it builds a frame, the events being persisted as they are planned then, and restores the session's after
+# its collect): the rows are few (the controller side and the events since the snapshot), so adaptive execution has
+# nothing to merge, and its re-planning after each stage (a job per shuffle and per broadcast) doubled the jobs:
+# 39 -> 19 on the 1M lake. Nor does generated code pay for so few rows: a fresh JVM compiled ~270 classes with Janino
+# for the query (12 s of the first query's wall at 1M), where interpreted expressions and operators cost nothing to
+# prepare (driver JVM CPU of the first query 24.7 -> 16.2 s at 1M, the answer the same). Two shuffle partitions, one
+# per core of a local[2] driver, not 8: the query's 54 tasks became 24 (measured A/B, see `hightide.history.bench`).
+FROM_SNAPSHOT_CONF: Final = {
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",  # as `spark.INTERPRETED`
+    "spark.sql.shuffle.partitions": "2",
+}
+
+
+@contextmanager
+def _settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    held = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, before in held.items():
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)
+
 
 @dataclass(frozen=True, slots=True)
 class RebuiltAt:
-    replicas: DataFrame
-    partitions: DataFrame
+    """What `rebuild --at` shows, collected: each live replica's state (`final_replicas`' columns), each live
+    partition's (`final_partitions`'), the offline replicas (`offline_replicas`') and the abandoned intents
+    (`abandoned_intents`', in history order)."""
+
+    replicas: list[Row]
+    partitions: list[Row]
+    offline: list[Row]
+    abandoned: list[Row]
     snapshot_hour: int | None  # None: folded from the beginning
     note: str  # why a snapshot was not used, when one was not
-    events: DataFrame  # the ordered events both folds read, persisted: `release` frees them
-    abandoned: list[Row]  # `abandoned_intents` of the events, in history order
     continuation: bool  # the controller side before the snapshot was its continuation (not all its events)
 
-    def release(self) -> None:
-        self.events.unpersist()
 
+def rebuild_at(
+    spark: SparkSession, lake: Path, at_ms: int, use_snapshots: bool = True, topic: str | None = None
+) -> RebuiltAt:
+    """The state the events with wall_ms <= `at_ms` leave (of `topic` alone, when given: the abandoned intents are
+    always all of them), from the latest valid snapshot when there is one: then only the hour directories from the
+    snapshot's to the instant's are read (pruned by name, never filtered from the whole lake), and the controller
+    side before the boundary is the snapshot's continuation (a few events per topic, partition, replica and
+    controller term) unless the events since undo it (`continuation_holds`), so the cost grows with the events since
+    the snapshot, not the history.
 
-def rebuild_at(spark: SparkSession, lake: Path, at_ms: int, use_snapshots: bool = True) -> RebuiltAt:
-    """The state the events with wall_ms <= `at_ms` leave, from the latest valid snapshot when there is one: then
-    only the hour directories from the snapshot's to the instant's are read (pruned by name, never filtered from the
-    whole lake), and the controller side before the boundary is the snapshot's continuation (a few events per topic,
-    partition, replica and controller term) unless the events since undo it (`continuation_holds`), so the cost grows
-    with the events since the snapshot, not the history."""
+    Everything the answer needs is one collect (`_collected`): the states, the lists, and from a snapshot the two
+    checks that decide whether it stands (a wall clock gone back across the boundary, the continuation undone),
+    which are rare, so the query is computed again without the snapshot or its continuation only when one fails.
+    In a fresh JVM each job costs its planning and its broadcasts again: five collects and a count made six jobs'
+    worth of that for rows the one job computes as well."""
     by_hour = lake_files(lake)
     last_hour = at_ms // HOUR_MS
     snapshot = latest_valid(lake, at_ms, by_hour) if use_snapshots else None
     note = ""
     if snapshot is not None:
-        parts = [p for hour, ps in by_hour.items() if snapshot.hour <= hour <= last_hour for p in ps]
-        rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
-        held = load(spark, snapshot)
-        if not clock_went_back(rows, held):
-            rebuilt = continued(rows, held, snapshot.boundary_ms, persist=True)
-            abandoned = _abandoned(rebuilt.events)
-            if continuation_holds(rebuilt.events, snapshot, frozenset(row.event_id for row in abandoned)):
-                return _at(rebuilt, snapshot.hour, "", abandoned, continuation=True)
-            rebuilt.events.unpersist()
-            rebuilt = continued(rows, held, snapshot.boundary_ms, persist=True, whole=True)
-            return _at(rebuilt, snapshot.hour, "", _abandoned(rebuilt.events), continuation=False)
+        with _settings(spark, FROM_SNAPSHOT_CONF):
+            parts = [p for hour, ps in by_hour.items() if snapshot.hour <= hour <= last_hour for p in ps]
+            rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
+            held = load(spark, snapshot)
+            events = _continued_events(rows, held, snapshot.boundary_ms).persist(StorageLevel.MEMORY_AND_DISK)
+            checks = {"clock": _clock_went_back(rows, held), "order": _order_before(events, snapshot.boundary_ms)}
+            found = _collected(events, topic, checks)
+            events.unpersist()
+            if not found["clock"]:
+                abandoned_ids = frozenset(row.event_id for row in found["abandoned"])
+                order = found["order"][0] if found["order"] else None
+                if continuation_holds(snapshot, abandoned_ids, order):
+                    return _at(found, snapshot.hour, "", continuation=True)
+                events = _continued_events(rows, held, snapshot.boundary_ms, whole=True).persist(
+                    StorageLevel.MEMORY_AND_DISK
+                )
+                found = _collected(events, topic, {})
+                events.unpersist()
+                return _at(found, snapshot.hour, "", continuation=False)
         note = f"the snapshot at hour {snapshot.hour} is not used: a wall clock went back across it"
     parts = [p for hour, ps in by_hour.items() if hour <= last_hour for p in ps]
     rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
-    rebuilt = continued(rows, None, 0, persist=True)
-    return _at(rebuilt, None, note, _abandoned(rebuilt.events), continuation=False)
+    events = _continued_events(rows, None, 0).persist(StorageLevel.MEMORY_AND_DISK)
+    found = _collected(events, topic, {}, since_snapshot=False)
+    events.unpersist()
+    return _at(found, None, note, continuation=False)
 
 
-def _abandoned(events: DataFrame) -> list[Row]:
-    return sorted(abandoned_intents(events).collect(), key=lambda row: (row.service, row.emitter_id, row.position))
+def _collected(
+    events: DataFrame, topic: str | None, checks: dict[str, DataFrame], *, since_snapshot: bool = True
+) -> dict[str, list[Row]]:
+    """The state at the instant and the lists of `events` (the ordered events both folds read), and `checks`' rows,
+    by piece, from one collect: each piece is a struct column of its own in a union of them all (the others null).
+    The replicas' states come from one aggregate per replica `since_snapshot` (its rows since the boundary are an
+    hour or so of its events), from the timeline's windows on a full replay (an array of every event of a replica's
+    history would grow with the history)."""
+    replicas = final_replica_states(events) if since_snapshot else final_replicas(*replica_timeline(events))
+    pieces = {
+        "replicas": replicas,
+        "partitions": final_partitions(partition_timeline(events)[0]),
+        "offline": offline_replicas(events),
+        "abandoned": abandoned_intents(events),
+    }
+    if topic is not None:
+        for piece in ("replicas", "partitions", "offline"):
+            pieces[piece] = pieces[piece].where(F.col("topic") == topic)
+    pieces.update(checks)
+    united = functools.reduce(
+        lambda left, right: left.unionByName(right, allowMissingColumns=True),
+        [frame.select(F.struct(*frame.columns).alias(piece)) for piece, frame in pieces.items()],
+    )
+    found: dict[str, list[Row]] = {piece: [] for piece in pieces}
+    for row in united.collect():
+        for piece in pieces:
+            if row[piece] is not None:
+                found[piece].append(row[piece])
+                break
+    found["abandoned"].sort(key=lambda row: (row.service, row.emitter_id, row.position))
+    return found
 
 
-def _at(rebuilt: Continued, hour: int | None, note: str, abandoned: list[Row], *, continuation: bool) -> RebuiltAt:
-    replicas, partitions = final_states(rebuilt.frames)
-    return RebuiltAt(replicas, partitions, hour, note, rebuilt.events, abandoned, continuation)
+def _at(found: dict[str, list[Row]], hour: int | None, note: str, *, continuation: bool) -> RebuiltAt:
+    return RebuiltAt(
+        found["replicas"], found["partitions"], found["offline"], found["abandoned"], hour, note, continuation
+    )
