@@ -116,7 +116,7 @@ def test_the_rebuild_command_shows_the_offline_replicas_and_the_abandoned_intent
 ) -> None:
     """`hightide history rebuild --at T` gives, next to the state, what the plain rebuild lists at T: the replicas
     marked offline (per partition) and the abandoned intents (JSON, and a line each in text)."""
-    history = [*_faulty_run(107), *metadata_histories.clean_lives()]
+    history = [*_faulty_run(105), *metadata_histories.clean_lives()]  # a replica offline at sampled instants
     write_lake(history, tmp_path / "lake")
     walls = sorted(e.wall_ms for e in history)
     at = next(

@@ -85,7 +85,9 @@ def _rows(rows: Sequence[Any]) -> dict[tuple[str, int, int], tuple[int, int, int
 
 @pytest.fixture(scope="module")
 def stretched(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Envelope], Path]:
-    history = _stretched_faulty_run(102)
+    # Since KAFKA-9952 the first run from seed 100 whose stretched run spans three hours with a truncation, a
+    # controller failover and a replica offline at some instant (102 was, before it; its run now spans two hours).
+    history = _stretched_faulty_run(114)
     lake = write_lake(history, tmp_path_factory.mktemp("snapshots") / "lake")
     assert len(lake_files(lake)) >= 3, "the run spans several hours"
     return history, lake
