@@ -225,10 +225,11 @@ involuntary context switches per broker in 6 s; a traced NATS hop 2.7-5 ms; the 
 0.06 ms of CPU, the kernel running the receiver). Three findings. (1) 45-50% of Produce requests moved the HW only
 after 3-4 follower fetches instead of 2 (append to HW p50 18-20 ms against 11, load 6.7): a follower told only the
 new HW comes back after the next Produce is appended, so its data waits for that refetch. Switched off for an
-experiment (no HW-only answer to a follower, Kafka's DelayedFetch; a core rule, so it moves every seed and is not
-kept): such requests 8-11%, the brokers' CPU 14-18% lower (1.07 / 1.12 / 1.16 -> 0.99 / 0.91 / 0.84 s), p50 62.6 /
-83.4 -> 56.5 / 64.3 ms, p99 alike (163 / 295 -> 166 / 278), load 14-17. (2) The client: from a Produce answer
-written to that partition's next Produce read took p50 19-72 ms, the brokers' part or more, and records' stamps
+experiment (no HW-only answer to a follower, Kafka's DelayedFetch; a core rule, so it moves every seed; kept
+later as KAFKA-9952, docs/ARCHITECTURE): such requests 8-11%, the brokers' CPU 14-18% lower (1.07 / 1.12 / 1.16
+-> 0.99 / 0.91 / 0.84 s), p50 62.6 / 83.4 -> 56.5 / 64.3 ms, p99 alike (163 / 295 -> 166 / 278), load 14-17.
+(2) The client: from a Produce answer written to that partition's next Produce read took p50 19-72 ms, the
+brokers' part or more, and records' stamps
 stalled over 10 ms about 100 times in 5 s; the schedule's `poll` got a timeout under librdkafka's millisecond, so
 the producing thread spun (`PACING_WAIT_MIN_S` now: that thread's CPU in the 5 s 0.46 / 0.57 -> 0.17 / 0.17 s at
 load 15-17; alone at 10,000/s, 1.35-1.52 -> 0.21-0.24 s of process CPU in 3 s; in the traced cluster, spin / this at
@@ -242,6 +243,26 @@ replicas' page-cache copies are about half the cluster's CPU per MB. No epoch ch
 inside a measured window (the epoch checkpoints, 80-300 ms inputs, come with the warm-up). `hightide bench
 --workload kafka`, main and this alternating, load 11-17: confluent-kafka p50 70.8 / 55.6 / 141.5 against 59.7 /
 86.9 / 84.1 ms, p99 285 / 302 / 533 against 183 / 287 / 323 ms (no conclusion at this load).
+
+Eighth pass (the client's own CPU; a harness, not committed, ran the latency run's schedule against a bench cluster
+with each process's /proc CPU and each client thread's, perf on the client, and the producer's settings varied).
+librdkafka's idempotent producer busy-polls while a partition's Produce is unanswered (docs/ARCHITECTURE): its three
+`rdk:broker` threads took 1.7-3.3 s of CPU per 5-s run (~1,500 involuntary context switches each), against 0.53 s
+for the whole client with the default producer. Quiet (load under 1 before each run), the latency run with the
+idempotent producer, `hightide bench --workload kafka`, three runs: p50 9.7-28 ms, p99 130-309 ms (the own
+client's p99 19-51 ms); with librdkafka's default producer (acks=all, linger.ms 5), back to back on one cluster,
+three runs: p50 8.5-9.0 ms, p90 13-15 ms, p99 21.6-28.5 ms, the brokers ~1.8 s of CPU each per 6 s, nats-server
+0.75, the archiver 0.85 (the events are ~25% of the cluster's CPU at 10,000/s: with them off the brokers took
+1.35-1.74 s). So the run now uses the default producer and measures the idempotent one beside it without a goal.
+The p99 goal (10 ms) is still far: linger.ms alone is 5 ms, and the broker path's best case 3-4 ms, on two cores
+that the client, three brokers, nats-server and the archiver share. The throughput runs stay idempotent (one
+cluster, A/B: idempotent 115-158k records/s at 100 B and 42.5-44.5 MB/s at 16 KiB; not idempotent 121-249k and
+70-88 MB/s). After KAFKA-9952 (no HW-only answer to a follower), on a machine ~30% slower than that quiet one (the
+same cluster's CPU 2.3 s per broker per 6 s against 1.8), the harness alternating before / after, two runs each:
+p50 31.9 / 39.0 against 31.6 / 49.0 ms, p99 110.8 / 97.5 against 88.3 / 140.7 ms, the brokers' CPU alike (2.3-2.5
+s each): no difference that this machine could show; `hightide bench --workload kafka` on it: confluent-kafka
+104.9k records/s at 100 B (own client 102.8k), 42.9 MB/s at 16 KiB (own 62.5), p50 40.2 ms, p99 101.3 ms (own
+client's p99 81.0), the idempotent latency run p50 70.5 ms, p99 219.4 ms.
 """
 
 from __future__ import annotations
