@@ -262,7 +262,11 @@ same cluster's CPU 2.3 s per broker per 6 s against 1.8), the harness alternatin
 p50 31.9 / 39.0 against 31.6 / 49.0 ms, p99 110.8 / 97.5 against 88.3 / 140.7 ms, the brokers' CPU alike (2.3-2.5
 s each): no difference that this machine could show; `hightide bench --workload kafka` on it: confluent-kafka
 104.9k records/s at 100 B (own client 102.8k), 42.9 MB/s at 16 KiB (own 62.5), p50 40.2 ms, p99 101.3 ms (own
-client's p99 81.0), the idempotent latency run p50 70.5 ms, p99 219.4 ms.
+client's p99 81.0), the idempotent latency run p50 70.5 ms, p99 219.4 ms. A shorter linger.ms for the default
+producer (the harness, the same slow machine, linger 5 / 1 / 0 in turn, twice): p50 36.9, 43.8 / 288, 91 / 14,350,
+16,453 ms, p99 106, 115 / 747, 338 / 29,917, 29,262 ms; at linger.ms 0 each record is a Produce of its own, the
+brokers took 16-17 s of CPU each and the run 36 s instead of 6: fewer records per request cost the cluster more
+than the wait saves, so 5 ms (librdkafka's default) stays.
 """
 
 from __future__ import annotations
