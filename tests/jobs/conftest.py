@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from hightide.history.spark import DATAFRAME_DEBUGGING, INTERPRETED, SHORT_JOB_JAVA_OPTIONS
+from hightide.history.spark import DATAFRAME_DEBUGGING, INTERPRETED, SHORT_JOB_JAVA_OPTIONS, resolve_names_once
 
 
 @pytest.fixture(scope="session")
@@ -33,5 +33,6 @@ def spark() -> Iterator[SparkSession]:
     for key, value in INTERPRETED.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    resolve_names_once(session)  # as every session of the commands
     yield session
     session.stop()

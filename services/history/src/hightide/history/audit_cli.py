@@ -50,7 +50,7 @@ def parse_paths(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # noqa: PLC0415
+    from py4j.protocol import Py4JError  # noqa: PLC0415
     from pyspark.errors import PySparkException  # noqa: PLC0415  (Spark only when the command runs)
 
     from hightide.lake import LakeError  # noqa: PLC0415

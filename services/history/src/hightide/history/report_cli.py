@@ -43,7 +43,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run_report(args: argparse.Namespace) -> int:
     """The command: exit 0 with the page written, 2 on a usage or input error, 1 when Spark failed (one line on
     stderr)."""
-    from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # noqa: PLC0415
+    from py4j.protocol import Py4JError  # noqa: PLC0415
     from pyspark.errors import PySparkException  # noqa: PLC0415 (Spark only when the command runs)
 
     try:

@@ -1,0 +1,58 @@
+"""The history's Spark sessions resolve each JVM name once (`hightide.history.spark.resolve_names_once`).
+
+Method: the tier's session (which the fixture makes as the commands do) is asked for classes and static members
+through its py4j view, with the gateway client's commands counted: a second look-up of the same class or static
+method must send nothing, while calls and static fields still reach the JVM each time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from py4j.protocol import Py4JError
+from pyspark.sql import SparkSession
+
+
+@pytest.fixture
+def sent(spark: SparkSession) -> Iterator[list[str]]:
+    """The py4j commands sent while the test runs, their first two lines each."""
+    client: Any = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
+    commands: list[str] = []
+    send = client.send_command
+
+    def counted(command: str, *args: Any, **kwargs: Any) -> Any:
+        commands.append("\n".join(command.split("\n", 2)[:2]))
+        return send(command, *args, **kwargs)
+
+    client.send_command = counted
+    try:
+        yield commands
+    finally:
+        client.send_command = send
+
+
+def test_a_class_and_its_static_method_are_asked_for_once(spark: SparkSession, sent: list[str]) -> None:
+    view: Any = spark.sparkContext._jvm
+    functions = getattr(view, "org.apache.spark.sql.functions")
+    lit = functions.lit
+    asked = len(sent)
+    assert getattr(view, "org.apache.spark.sql.functions") is functions
+    assert functions.lit is lit
+    assert len(sent) == asked, sent[asked:]
+    assert lit(7).toString() == "7"  # the kept method still calls the JVM
+    assert len(sent) > asked
+
+
+def test_a_static_field_is_read_each_time_and_an_unknown_name_is_not_kept(spark: SparkSession, sent: list[str]) -> None:
+    view: Any = spark.sparkContext._jvm
+    integer = getattr(view, "java.lang.Integer")
+    assert integer.MAX_VALUE == 2**31 - 1
+    asked = len(sent)
+    assert integer.MAX_VALUE == 2**31 - 1
+    assert len(sent) == asked + 1  # a field's value is not kept: it is read again
+    with pytest.raises(Py4JError):
+        integer.noSuchMember  # noqa: B018
+    with pytest.raises(Py4JError):
+        integer.noSuchMember  # noqa: B018
