@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlparse
 
-from py4j.java_gateway import JavaClass, JavaMember, JVMView
+from py4j.java_gateway import JavaClass, JavaMember, JavaPackage, JVMView
 from pyspark.sql import SparkSession
 
 DEFAULT_MASTER: Final = "local[*]"
@@ -104,24 +104,24 @@ class _NamesOnceView(JVMView):  # type: ignore[misc]  # py4j has no types
     """A py4j JVM view that keeps what each name resolved to: a class (as a `_MembersOnceClass`) or a package."""
 
     def __getattr__(self, name: str) -> object:
-        found = super().__getattr__(name)
-        if isinstance(found, JavaClass):
-            found.__class__ = _MembersOnceClass
-        if not name.startswith("__"):
-            self.__dict__[name] = found
-        return found
+        return _kept(self, name, super().__getattr__(name), (JavaClass, JavaPackage))
 
 
 class _MembersOnceClass(JavaClass):  # type: ignore[misc]  # py4j has no types
     """A py4j Java class that keeps its static methods and inner classes once looked up (not its fields' values)."""
 
     def __getattr__(self, name: str) -> object:
-        found = super().__getattr__(name)
-        if isinstance(found, JavaClass):
-            found.__class__ = _MembersOnceClass
-        if isinstance(found, (JavaMember, JavaClass)):
-            self.__dict__[name] = found
-        return found
+        return _kept(self, name, super().__getattr__(name), (JavaMember, JavaClass))
+
+
+def _kept(holder: object, name: str, found: object, kinds: tuple[type, ...]) -> object:
+    """`found` (what py4j resolved `name` to), kept on `holder` when it is one of `kinds`; a class found keeps its
+    own members in turn."""
+    if isinstance(found, JavaClass):
+        found.__class__ = _MembersOnceClass
+    if isinstance(found, kinds) and not name.startswith("__"):
+        holder.__dict__[name] = found
+    return found
 
 
 def resolve_names_once(spark: SparkSession) -> None:
