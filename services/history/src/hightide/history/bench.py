@@ -150,6 +150,20 @@ collect took 5.8 s and reading the files' footers 2.1 s). Measured and not kept:
 the driver JVM (`-XX:ArchiveClassesAtExit`, then `-XX:SharedArchiveFile`; 164 MB): first query's JVM CPU 17.4 ->
 13.6 s and start-up 9.1 -> 5.7 s (one pair, load 7), the largest lever left, but it needs the archive made and kept
 per JVM and Spark version, and the JVM's warnings kept off the command's stdout.
+Where a small audit's driver JVM time goes (2026-11-29, Java Flight Recorder's execution samples of `run_audit` on
+the parity test's clean seed 1, twice in one JVM, load 3-6 from a test run; `/work/prof/audsmall/`): 177 jobs, 98 /
+65 s of driver JVM CPU (cold / warm). Of the samples: task serialization and deserialization (Java serialization of
+the interpreted plans each task carries) 12-14%, analysis 9-12%, plan strings for the listeners (each adaptive
+re-plan posts the whole plan's explain string; `spark.sql.ui.explainMode` simple instead of formatted changed
+10.5 -> 9.4%, not kept) 9-11%, physical planning 4%, the tasks' own work 5-6%, and 10% in py4j's class look-ups:
+every `functions.col` or `PythonUtils.toSeq` PySpark builds asks the JVM for the class and its method again (14.2k
+questions per audit beside 16k calls), a short name tried under each imported package with a search of Spark's 279
+jars per miss. Every session now keeps what a name resolved to (`spark.resolve_names_once`): those samples 10% ->
+0.4%, the Python process's CPU 6.9 -> 5.5 s per audit; the wall and JVM CPU at that load moved within the noise
+(69.2 -> 67.6 s warm). The rest is spread over Catalyst's tree transforms: the per-job planning of ~177 jobs, not
+any one hot spot, so a small audit's cost falls only with fewer jobs. The optimising compiler pays off in a JVM
+that runs many audits (the same audit five times: C1 only 79.7, 57.0, 68.0, 68.0 s of JVM CPU; both compilers 137.6,
+78.8, 56.1, 48.1, 40.8 s), so the jobs tier's session keeps it; a command's short session (one job) keeps C1.
 """
 
 from __future__ import annotations
