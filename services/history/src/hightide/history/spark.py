@@ -29,7 +29,7 @@ Every session also resolves each JVM name once (`resolve_names_once`). PySpark n
 function it builds a column with (`functions.col`, `PythonUtils.toSeq`, ...), and py4j asks the JVM each time: a
 round trip for the class, another for its method, and for a short name (`functions`, `PythonUtils`) a
 `Class.forName` under each of the gateway's imported packages, each miss a search of all of Spark's ~280 jars. The
-audit of a small simulated history asked 14.2k such questions (7.1k each) for its 16k calls, and the JVM spent 21%
+audit of a small simulated history asked 14.2k such questions (7.1k each) for its 16k calls, and the JVM spent 10%
 of its CPU samples answering them (Java Flight Recorder, warm audit). A class's name and its static methods do not
 change while the JVM lives, so the answers are kept; a static field's value is still read each time.
 """
