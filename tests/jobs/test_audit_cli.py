@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from hightide.audit import audit
 from hightide.audit.findings import COLUMNS, from_row
 from hightide.history.cli import main
+from hightide.history.outputs import read_findings
 from support import simulated
 from support.lake_history import write_lake
 
@@ -56,6 +57,8 @@ def test_a_damaged_history_exits_1_and_writes_its_findings(tmp_path: Path) -> No
     assert tuple(table.schema.names) == COLUMNS
     assert [from_row(row) for row in table.to_pylist()] == expected
     assert (tmp_path / "out" / "summary.txt").read_text() == result.stdout
+    # The record of the lake it read: the report's --findings takes these findings for this lake, as it is.
+    assert read_findings(tmp_path / "out", lake) == expected
 
 
 def test_a_clean_history_exits_0(spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

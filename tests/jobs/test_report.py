@@ -33,6 +33,7 @@ from pyspark.sql import SparkSession
 
 from hightide.audit.findings import Finding, envelope_id, finding
 from hightide.history import report_cli
+from hightide.history.outputs import audited_lake, lake_files, write_outputs
 from hightide.history.report import (
     MembershipChange,
     PartitionData,
@@ -337,6 +338,43 @@ def test_bad_input_exits_2_with_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and expected in err and "Traceback" not in err, err
     assert not out.exists()
+
+
+def _audited_out(lake: Path, out: Path, findings: list[Finding]) -> None:
+    """An audit's outputs for `lake` as it is now (`hightide history audit --out` writes the same)."""
+    listing = lake_files(lake)
+    write_outputs(findings, "summary\n", out, audited_lake(lake, 0, listing, listing))
+
+
+def test_the_page_draws_the_findings_it_is_given_without_auditing_again(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = _history()
+    lake, out, html = tmp_path / "lake", tmp_path / "audit", tmp_path / "report.html"
+    write_lake(history, lake)
+    # Not what an audit of this history finds (no leader 2 outside the ISR): the page can only have it from here.
+    given = [finding("leader_in_isr", topic="orders", partition=0, replica=2, detail="leader 2 is not in ISR [7, 8]")]
+    _audited_out(lake, out, given)
+
+    args = _report_args("--lake", str(lake), "--out", str(html), "--findings", str(out))
+    assert args.run(args) == 0, capsys.readouterr().err
+    page = html.read_text()
+    assert "leader 2 is not in ISR [7, 8]" in page and "1 violation" in page
+
+
+def test_findings_of_another_state_of_the_lake_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = _history()
+    lake, out, html = tmp_path / "lake", tmp_path / "audit", tmp_path / "report.html"
+    write_lake(history[:50], lake)
+    _audited_out(lake, out, [])
+    write_lake(history, tmp_path / "later")  # the lake as a later export leaves it: other files
+    args = _report_args("--lake", str(tmp_path / "later"), "--out", str(html), "--findings", str(out))
+    assert args.run(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "audit it again" in err and "Traceback" not in err, err
+    assert not html.exists()
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------

@@ -12,9 +12,19 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from hightide.audit.findings import finding, from_row
-from hightide.history.outputs import summary_text, write_outputs
+from hightide.history.generate import generate_lake
+from hightide.history.outputs import (
+    AUDITED_RECORD,
+    FindingsError,
+    audited_lake,
+    lake_files,
+    read_findings,
+    summary_text,
+    write_outputs,
+)
 
 LOST = finding(
     "acks_all_durable",
@@ -76,3 +86,82 @@ def test_the_files_read_back_as_the_findings(tmp_path: Path) -> None:
     assert [from_row(row) for row in json.loads((tmp_path / "out" / "findings.json").read_text())] == FINDINGS
     assert [from_row(row) for row in pq.read_table(tmp_path / "out" / "findings.parquet").to_pylist()] == FINDINGS
     assert (tmp_path / "out" / "summary.txt").read_text() == "summary\n"
+
+
+# -- the audit's record of its lake, and the findings handed to `history report --findings` -----------------------
+
+
+def _audited(tmp_path: Path) -> tuple[Path, Path]:
+    """A small generated lake and an audit's outputs for it, with the record of the files it read."""
+    lake = tmp_path / "lake"
+    generate_lake(lake, 600, events_per_hour=200)
+    out = tmp_path / "out"
+    listing = lake_files(lake)
+    write_outputs(FINDINGS, "summary\n", out, audited_lake(lake, 600, listing, listing))
+    return lake, out
+
+
+def test_the_findings_of_the_lake_as_it_is_are_handed_back(tmp_path: Path) -> None:
+    lake, out = _audited(tmp_path)
+
+    assert read_findings(out, lake) == FINDINGS
+    assert sorted(p.name for p in out.glob("*.json*")) == ["findings.json"]  # the record is not one of them
+
+
+def test_findings_of_another_state_of_the_lake_are_refused(tmp_path: Path) -> None:
+    lake, out = _audited(tmp_path)
+    later = lake / "date=2030-01-01" / "hour=00"
+    later.mkdir(parents=True)
+    first = sorted(lake.rglob("*.parquet"))[0]
+    (later / first.name).write_bytes(first.read_bytes())  # a batch archived after the audit
+
+    with pytest.raises(FindingsError, match="audit it again"):
+        read_findings(out, lake)
+
+
+def test_a_grown_file_is_another_state_of_the_lake(tmp_path: Path) -> None:
+    lake, out = _audited(tmp_path)
+    grown = sorted(lake.rglob("*.parquet"))[0]
+    grown.write_bytes(grown.read_bytes() + b"\0")
+
+    with pytest.raises(FindingsError, match="audit it again"):
+        read_findings(out, lake)
+
+
+def test_an_audit_during_which_the_lake_changed_vouches_for_nothing(tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    generate_lake(lake, 600, events_per_hour=200)
+    listing = lake_files(lake)
+    out = tmp_path / "out"
+    write_outputs(FINDINGS, "summary\n", out, audited_lake(lake, 600, listing[:-1], listing))
+
+    with pytest.raises(FindingsError, match="changed while that audit ran"):
+        read_findings(out, lake)
+
+
+def test_a_directory_without_an_audits_record_is_refused(tmp_path: Path) -> None:
+    lake, out = _audited(tmp_path)
+    write_outputs(FINDINGS, "summary\n", out)  # rewritten without a record: the old one goes first
+
+    with pytest.raises(FindingsError, match="no audit's findings there"):
+        read_findings(out, lake)
+    with pytest.raises(FindingsError, match="no audit's findings there"):
+        read_findings(tmp_path / "nowhere", lake)
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ("{not json", "is not an audit's record"),
+        ('{"format": 2, "files": []}', "has format 2"),
+        ('{"format": 1, "files": "x"}', "is not an audit's record"),
+        ("[]", "is not an audit's record"),
+    ],
+)
+def test_a_damaged_record_is_refused_in_one_line(tmp_path: Path, record: str, message: str) -> None:
+    lake, out = _audited(tmp_path)
+    (out / AUDITED_RECORD).write_text(record)
+
+    with pytest.raises(FindingsError, match=message) as caught:
+        read_findings(out, lake)
+    assert "\n" not in str(caught.value)

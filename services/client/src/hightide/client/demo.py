@@ -180,9 +180,11 @@ def audit_run(lake: Path, out: Path) -> Verdict:
     return _history("audit", "--lake", str(lake), "--out", str(out))
 
 
-def report_run(lake: Path, html: Path) -> Verdict:
-    """`hightide history report --lake LAKE --out FILE.html`."""
-    return _history("report", "--lake", str(lake), "--out", str(html))
+def report_run(lake: Path, html: Path, findings: Path | None = None) -> Verdict:
+    """`hightide history report --lake LAKE --out FILE.html [--findings DIR]`: with the audit's findings, the
+    report draws that verdict rather than auditing the same lake a second time."""
+    given = ("--findings", str(findings)) if findings is not None else ()
+    return _history("report", "--lake", str(lake), "--out", str(html), *given)
 
 
 def _history(*args: str) -> Verdict:
@@ -470,8 +472,9 @@ def archive_and_audit(cluster: LocalCluster, result: RunResult, progress: Progre
         for line in result.audit.output.splitlines()[1 : 1 + AUDIT_LINES_SHOWN]:
             print(f"           | {line}", file=progress.out, flush=True)
     result.report_path = result.directory / "report.html"
-    with progress.step("hightide history report") as seen:
-        result.report = report_run(lake, result.report_path)
+    audited = result.audit_out if result.audit.exit_code in (0, 1) else None  # it wrote its findings
+    with progress.step("hightide history report" + (f" --findings {audited}" if audited else "")) as seen:
+        result.report = report_run(lake, result.report_path, audited)
         written = result.report.exit_code == 0 and result.report_path.exists()
         seen.append(f"{result.report_path}" if written else f"exit {result.report.exit_code}: {result.report.headline}")
 

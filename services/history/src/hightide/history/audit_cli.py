@@ -71,7 +71,7 @@ def audit(lake: Path, out: Path | None, master: str | None) -> int:
 
     from hightide.history.audit import check_lake, run_audit  # noqa: PLC0415
     from hightide.history.checks.registry import all_checks  # noqa: PLC0415
-    from hightide.history.outputs import summary_text, write_outputs  # noqa: PLC0415
+    from hightide.history.outputs import audited_lake, lake_files, summary_text, write_outputs  # noqa: PLC0415
     from hightide.history.spark import session, small_history  # noqa: PLC0415
 
     events = check_lake(lake)
@@ -80,6 +80,7 @@ def audit(lake: Path, out: Path | None, master: str | None) -> int:
     # A process that already has a session (a test, a notebook) keeps it, and it stays up for its owner.
     ours = SparkSession.getActiveSession() is None
     spark = session(master, short=small_history(events)) if ours else SparkSession.builder.getOrCreate()
+    before = lake_files(lake)
     try:
         findings = run_audit(spark, lake)
     finally:
@@ -87,7 +88,7 @@ def audit(lake: Path, out: Path | None, master: str | None) -> int:
             spark.stop()
     summary = summary_text(findings, all_checks(), lake, events)
     if out is not None:
-        write_outputs(findings, summary, out)
+        write_outputs(findings, summary, out, audited_lake(lake, events, before, lake_files(lake)))
     print(summary, end="")
     return EXIT_VIOLATED if any(f.is_violation for f in findings) else EXIT_CLEAN
 
