@@ -41,7 +41,7 @@ java:  ## check (or install) the Java runtime PySpark needs
 
 # The history commands' driver JVM maps a class archive of Spark's classes when this JDK and Spark install have one
 # (hightide.history.class_archive: start-up ~8 -> ~3.5 s, each command's first query ~5 s shorter). Made once, in
-# about a minute and ~160 MB under ~/.cache/hightide; then this is a no-op. Without it the commands run as before.
+# one to two minutes and ~160 MB under ~/.cache/hightide; then this is a no-op. Without it the commands run as before.
 class-archive: install java  ## make the history commands' Spark class archive (once per JDK and Spark install)
 	@$(RUN) python -m hightide.history.class_archive || \
 	 echo "class-archive: not made; the history commands start without it" >&2

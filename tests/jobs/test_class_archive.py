@@ -144,3 +144,16 @@ def test_making_an_archive_prunes_what_no_session_used_for_a_week(install: Path)
     os.utime(dead, (hour_ago, hour_ago))
     class_archive._prune(kept)
     assert sorted(path.name for path in folder.iterdir()) == sorted([kept.name, recent.name, running.name])
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_commands_without_an_archive(
+    install: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocked = install / "not-a-directory"
+    blocked.write_text("a file where the cache directory would be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+
+    path, _, state = class_archive.make()
+
+    assert path is None and state.startswith(f"cannot write under {blocked / 'hightide'}"), state
+    assert class_archive.java_options() == list(class_archive.JVM_LOGGING)

@@ -17,9 +17,9 @@ either differs), so it is made here, by a training run, and kept under the user'
 (`$XDG_CACHE_HOME/hightide`, else `~/.cache/hightide`) with a name derived from the `java` executable and Spark's
 jars (`archive_path`). The training run (`make`): a Spark session like a command's short one, with
 `-XX:ArchiveClassesAtExit`, over a small generated lake: its hourly snapshots, a rebuild from a snapshot and a
-full replay. Making it takes about a minute and ~160 MB; `make test`, `make demo` and `make bench` make it first
-(`make class-archive`), and the history image makes it at build time. A session finds it (`java_options`) or runs
-without it: nothing is ever required of it.
+full replay. Making it takes one to two minutes and ~160 MB; `make test`, `make demo` and `make bench` make it
+first (`make class-archive`). The history image does not make one (yet): its jobs start without it. A session finds
+it (`java_options`) or runs without it: nothing is ever required of it.
 
 Written whole or not at all: the JVM writes a temporary file, renamed over the archive's name only once that JVM
 has exited cleanly (a truncated archive aborts the JVM that maps it; a file that is not an archive at all is
@@ -51,7 +51,7 @@ SUFFIX: Final = ".jsa"
 TRAINING_TIMEOUT_S: Final = 900.0
 STALE_LOCK_S: Final = 1_800.0  # a lock older than this belongs to a training run that died
 KEEP_UNUSED_S: Final = 7 * 86_400.0  # an archive no session has mapped for a week is removed when another is made
-TRAINING_EVENTS: Final = 12_000
+TRAINING_EVENTS: Final = 5_000  # two hours: one snapshot boundary, a rebuild from it and a full replay
 TRAINING_EVENTS_PER_HOUR: Final = 3_000
 
 
@@ -115,10 +115,13 @@ def make(timeout_s: float = TRAINING_TIMEOUT_S) -> tuple[Path | None, float, str
         return None, 0.0, "no java or no Spark jars found: nothing to archive"
     if target.is_file():
         return target, 0.0, "already made"
-    target.parent.mkdir(parents=True, exist_ok=True)
     lock = target.with_name(target.name + ".lock")
-    if not _locked(lock):
-        return None, time.perf_counter() - started, f"another process is making it ({lock})"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not _locked(lock):
+            return None, time.perf_counter() - started, f"another process is making it ({lock})"
+    except OSError as error:  # a read-only home, a full disk: the commands run without an archive
+        return None, time.perf_counter() - started, f"cannot write under {target.parent}: {error.strerror}"
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     try:
         done = subprocess.run(
@@ -137,6 +140,8 @@ def make(timeout_s: float = TRAINING_TIMEOUT_S) -> tuple[Path | None, float, str
         return target, time.perf_counter() - started, "made"
     except subprocess.TimeoutExpired:
         return None, time.perf_counter() - started, f"the training run took over {timeout_s:.0f} s: stopped"
+    except OSError as error:
+        return None, time.perf_counter() - started, f"cannot write under {target.parent}: {error.strerror}"
     finally:
         partial.unlink(missing_ok=True)
         lock.unlink(missing_ok=True)

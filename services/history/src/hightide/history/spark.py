@@ -94,7 +94,7 @@ def session(
         spark = _builder(master, app_name, short, archive if starts_jvm else [], submitted).getOrCreate()
     except PySparkRuntimeError as error:
         # A JVM that would not start with the archive (it aborts on a damaged one): without it, and never again.
-        if error.getErrorClass() != "JAVA_GATEWAY_EXITED" or not class_archive.discard(archive):
+        if error.getCondition() != "JAVA_GATEWAY_EXITED" or not class_archive.discard(archive):
             raise
         spark = _builder(master, app_name, short, list(class_archive.JVM_LOGGING), submitted).getOrCreate()
     spark.sparkContext.setLogLevel(LOG_LEVEL)
