@@ -181,7 +181,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -275,8 +274,7 @@ def _cold_at_child(lake: Path, master: str, instant: str) -> dict[str, Any]:
         *("--master", master, "--instant", instant),
     ]
     # Never the bench's own JVM: a process spark-submit started hands its gateway down through the environment.
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("PYSPARK_GATEWAY_")}
-    done = subprocess.run(command, capture_output=True, text=True, check=True, env=environment)
+    done = subprocess.run(command, capture_output=True, text=True, check=True, env=class_archive.own_jvm_environment())
     figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return figures
 

@@ -55,6 +55,12 @@ TRAINING_EVENTS: Final = 5_000  # two hours: one snapshot boundary, a rebuild fr
 TRAINING_EVENTS_PER_HOUR: Final = 3_000
 
 
+def own_jvm_environment() -> dict[str, str]:
+    """This process's environment for a child that must start a Spark JVM of its own: without the gateway that
+    spark-submit hands down (a child would otherwise join this process's JVM)."""
+    return {key: value for key, value in os.environ.items() if not key.startswith("PYSPARK_GATEWAY_")}
+
+
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "hightide"
@@ -130,7 +136,7 @@ def make(timeout_s: float = TRAINING_TIMEOUT_S) -> tuple[Path | None, float, str
             capture_output=True,
             text=True,
             timeout=timeout_s,
-            env={key: value for key, value in os.environ.items() if not key.startswith("PYSPARK_GATEWAY_")},
+            env=own_jvm_environment(),
         )
         if done.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
