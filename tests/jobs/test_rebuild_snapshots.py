@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import shutil
 import subprocess
@@ -32,9 +33,11 @@ from hightide.history.snapshot import (
     REPLICAS_SCHEMA,
     SNAPSHOT_FORMAT,
     SNAPSHOTS_DIR,
+    Segment,
     lake_files,
     latest_valid,
     rebuild_at,
+    segment_after,
     snapshots,
     write_snapshots,
 )
@@ -201,6 +204,120 @@ def test_a_rebuild_from_a_snapshot_is_the_full_replay_around_every_boundary(
         shown, continuation, hour = _compared(spark, lake, at_ms)
         assert shown == _replayed(history, at_ms), f"at {at_ms}"
         assert hour is not None and continuation, f"at {at_ms}: the continuation was not used"
+
+
+def test_an_instant_between_two_snapshots_is_folded_from_the_later_ones_segment(
+    spark: SparkSession, stretched: tuple[list[Envelope], Path], tmp_path: Path
+) -> None:
+    """Given snapshots at each hour, an instant inside an hour that has a snapshot at both ends shows the full
+    replay's state and lists from the later snapshot's segment (the events since the earlier one, ordered and parsed
+    when it was written): with that hour's lake files made unreadable (names kept, so both snapshots stay valid), the
+    answer is still the replay's, so nothing of the hour was read again. The lake's last hour has no later snapshot:
+    an instant in it reads the lake."""
+    history, original = stretched
+    lake = tmp_path / "lake"
+    shutil.copytree(original, lake)
+    write_snapshots(spark, lake)
+    hours = list(lake_files(lake))
+    middle = hours[1]
+    for part in lake_files(lake)[middle]:
+        part.path.write_bytes(b"not parquet: an instant between two snapshots reads the segment")
+    for at_ms in (middle * HOUR_MS, middle * HOUR_MS + HOUR_MS // 2, (middle + 1) * HOUR_MS - 2):
+        shown, continuation, hour = _compared(spark, lake, at_ms)
+        assert shown == _replayed(history, at_ms), f"at {at_ms}"
+        assert (hour, continuation) == (middle, True), f"at {at_ms}"
+        assert rebuild_at(spark, lake, at_ms).segment_hour == hours[2], f"at {at_ms}"
+    last = rebuild_at(spark, lake, hours[-1] * HOUR_MS + HOUR_MS // 2)
+    assert (last.snapshot_hour, last.segment_hour) == (hours[-1], None)
+
+
+def _moved_start_story() -> list[Envelope]:
+    """Broker 1's replica opened in hour 0; in hour 1 two new incarnations append to it: "b" stamps its first event
+    (by sequence) 1:30 and its second 1:10 (its clock went back), "c" starts at 1:20 and appends once more in hour 2.
+    At 1:25 the instant's own order puts "b" (its events by then start at 1:10) before "c": the log end is c's 7. The
+    whole hour's order puts "b" (starting at 1:30) after "c": folded in that order, 1:25 would end at b's 5."""
+
+    def appended(log_end_offset: int) -> Event:
+        return ev.RecordsAppended(
+            topic=mh.T,
+            partition=0,
+            replica=1,
+            leader_epoch=1,
+            base_offset=log_end_offset - 1,
+            last_offset=log_end_offset - 1,
+            record_count=1,
+            size_bytes=70,
+            log_end_offset=log_end_offset,
+            as_leader=True,
+        )
+
+    opened = ev.LogOpened(
+        topic=mh.T,
+        partition=0,
+        replica=1,
+        log_start_offset=0,
+        log_end_offset=0,
+        high_watermark=0,
+        leader_epochs=(),
+        reason="created",
+    )
+    at = functools.partial(_at_minute, T0_MS)
+    return [
+        Envelope("test", mh.broker(1, "a"), 0, at(0, 5), 0, opened),
+        Envelope("test", mh.broker(1, "b"), 0, at(1, 30), 0, appended(3)),
+        Envelope("test", mh.broker(1, "b"), 1, at(1, 10), 0, appended(5)),
+        Envelope("test", mh.broker(1, "c"), 0, at(1, 20), 0, appended(7)),
+        Envelope("test", mh.broker(1, "c"), 1, at(2, 5), 0, appended(8)),
+    ]
+
+
+def _at_minute(start: int, hour: int, minute: int) -> int:
+    return start + hour * HOUR_MS + minute * 60_000
+
+
+def test_a_segment_is_not_used_where_an_incarnations_start_moves(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given an incarnation whose clock went back inside an hour, the segment's order (of the whole hour) is not the
+    order of an instant between its stamps: there the rebuild orders the instant's own events, elsewhere it uses the
+    segment, and both show the full replay's state. Forced to use the segment there, it shows another one."""
+    history = _moved_start_story()
+    lake = write_lake(history, tmp_path / "lake")
+    write_snapshots(spark, lake)
+    hours = list(lake_files(lake))
+    assert len(hours) == 3
+    between, after = _at_minute(T0_MS, 1, 25), _at_minute(T0_MS, 1, 45)
+    for at_ms, segment_hour in ((between, None), (after, hours[2])):
+        rebuilt = rebuild_at(spark, lake, at_ms)
+        assert (rebuilt.snapshot_hour, rebuilt.segment_hour) == (hours[1], segment_hour), f"at {at_ms}"
+        assert _rows(rebuilt.replicas) == _replicas(rebuild([e for e in history if e.wall_ms <= at_ms]))
+    assert _rows(rebuild_at(spark, lake, between).replicas)[(mh.T, 0, 1)][0] == 7
+    monkeypatch.setattr(Segment, "serves", lambda _self, _at_ms: True)
+    forced = rebuild_at(spark, lake, between)
+    assert forced.segment_hour == hours[2]
+    assert _rows(forced.replicas)[(mh.T, 0, 1)][0] == 5, "the guard is what keeps the segment's order out"
+
+
+def test_a_segment_continues_only_the_snapshot_it_was_folded_from(spark: SparkSession, tmp_path: Path) -> None:
+    """A segment names the snapshot it folded on from by its manifest's hash: once that snapshot is written again
+    (here its manifest, reformatted), the segment serves no instant, and the job writes its snapshot again."""
+    lake = tmp_path / "lake"
+    generate_lake(lake, 2_000, events_per_hour=1_000)
+    write_snapshots(spark, lake)
+    by_hour = lake_files(lake)
+    first, second = list(by_hour)[1:]
+    at_ms = first * HOUR_MS + HOUR_MS // 2
+    earlier = latest_valid(lake, at_ms, by_hour)
+    assert earlier is not None and earlier.hour == first
+    later = segment_after(lake, earlier, at_ms, by_hour)
+    assert later is not None and later.hour == second
+    manifest = earlier.directory / "_manifest.json"
+    manifest.write_text(json.dumps(json.loads(manifest.read_text()), indent=1))
+    rewritten = latest_valid(lake, at_ms, by_hour)
+    assert rewritten is not None and rewritten.fingerprint != earlier.fingerprint
+    assert segment_after(lake, rewritten, at_ms, by_hour) is None
+    assert write_snapshots(spark, lake) == [second], "the snapshot folded on from it is written again"
+    assert segment_after(lake, rewritten, at_ms, by_hour) is not None
 
 
 def _hours(emitter: Emitter, *happened: tuple[int, int, Event]) -> list[Envelope]:

@@ -439,12 +439,23 @@ def final_replica_states(events: DataFrame, scope: Scope = ()) -> DataFrame:
     the epoch cache the operations since its last reset leave (`_live_step`). Its plan is one shuffle and one
     aggregate where the timeline's is a window over every row, the epoch timeline's aggregate and window, and two
     joins: in a fresh JVM planning that cost more than folding the rows."""
+    return fold_replica_arrays(replica_arrays(events, scope), scope)
+
+
+def replica_arrays(events: DataFrame, scope: Scope = ()) -> DataFrame:
+    """Per replica (`scope`, REPLICA_KEY) its events as the replica fold reads them, one array `_rows` sorted in
+    REPLICA_ORDER (each element's `wall_ms` too): the input of `fold_replica_arrays`. A snapshot stores these arrays for
+    the events up to the next one, so a state at an instant between them filters them instead of ordering events."""
     fields = [*REPLICA_ORDER, "wall_ms", "event_id", "gone", *_FINAL_FIELDS]
-    folded = (
+    return (
         _replica_rows(events, scope)
         .groupBy(*scope, *REPLICA_KEY)
         .agg(F.sort_array(F.collect_list(F.struct(*fields))).alias("_rows"))
     )
+
+
+def fold_replica_arrays(folded: DataFrame, scope: Scope = ()) -> DataFrame:
+    """Each live replica's state from its `replica_arrays` (a replica whose array is empty did not exist)."""
     rows = F.col("_rows")
     count = F.size(rows)
     # The rows since the replica last went (all of them if it never did); the first of them starts afresh.
