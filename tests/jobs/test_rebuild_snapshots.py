@@ -107,7 +107,10 @@ def test_each_snapshot_is_the_full_replay_to_its_hour_and_the_job_is_idempotent(
         held = spark.read.schema(REPLICAS_SCHEMA).parquet(str(snapshot.directory / "replicas")).collect()
         expected = rebuild([e for e in history if e.wall_ms < snapshot.boundary_ms])
         assert _rows(held) == _replicas(expected), f"snapshot at hour {snapshot.hour}"
+    tail = lake / SNAPSHOTS_DIR / "tail" / "_manifest.json"
+    written_at = tail.stat().st_mtime_ns
     assert write_snapshots(spark, lake) == [], "an up-to-date snapshot is kept as it is"
+    assert tail.stat().st_mtime_ns == written_at, "and so is the tail"
 
 
 def test_a_rebuild_from_a_snapshot_is_a_rebuild_from_scratch(
@@ -213,7 +216,8 @@ def test_an_instant_between_two_snapshots_is_folded_from_the_later_ones_segment(
     replay's state and lists from the later snapshot's segment (the events since the earlier one, ordered and parsed
     when it was written): with that hour's lake files made unreadable (names kept, so both snapshots stay valid), the
     answer is still the replay's, so nothing of the hour was read again. The lake's last hour has no later snapshot:
-    an instant in it reads the lake."""
+    an instant in it reads the tail's segment (the events since the last snapshot) while the lake holds exactly the
+    files it was written from, and the lake once another batch lands there."""
     history, original = stretched
     lake = tmp_path / "lake"
     shutil.copytree(original, lake)
@@ -226,9 +230,18 @@ def test_an_instant_between_two_snapshots_is_folded_from_the_later_ones_segment(
         shown, continuation, hour = _compared(spark, lake, at_ms)
         assert shown == _replayed(history, at_ms), f"at {at_ms}"
         assert (hour, continuation) == (middle, True), f"at {at_ms}"
-        assert rebuild_at(spark, lake, at_ms).segment_hour == hours[2], f"at {at_ms}"
-    last = rebuild_at(spark, lake, hours[-1] * HOUR_MS + HOUR_MS // 2)
-    assert (last.snapshot_hour, last.segment_hour) == (hours[-1], None)
+        assert rebuild_at(spark, lake, at_ms).segment == f"hour={hours[2]}", f"at {at_ms}"
+    at_ms = hours[-1] * HOUR_MS + HOUR_MS // 2
+    shown, _, _ = _compared(spark, lake, at_ms)
+    assert shown == _replayed(history, at_ms)
+    assert rebuild_at(spark, lake, at_ms).segment == "tail"
+    # A copy of one of the hour's batches, under another batch's name: the same events (copies are dropped), but
+    # files the tail was not written from.
+    landed = lake_files(lake)[hours[-1]][0].path
+    shutil.copy(landed, landed.parent / part_name(90_000, 90_001, 1, 1))
+    shown, _, _ = _compared(spark, lake, at_ms)
+    assert shown == _replayed(history, at_ms)
+    assert rebuild_at(spark, lake, at_ms).segment is None
 
 
 def _moved_start_story() -> list[Envelope]:
@@ -287,14 +300,14 @@ def test_a_segment_is_not_used_where_an_incarnations_start_moves(
     hours = list(lake_files(lake))
     assert len(hours) == 3
     between, after = _at_minute(T0_MS, 1, 25), _at_minute(T0_MS, 1, 45)
-    for at_ms, segment_hour in ((between, None), (after, hours[2])):
+    for at_ms, segment in ((between, None), (after, f"hour={hours[2]}")):
         rebuilt = rebuild_at(spark, lake, at_ms)
-        assert (rebuilt.snapshot_hour, rebuilt.segment_hour) == (hours[1], segment_hour), f"at {at_ms}"
+        assert (rebuilt.snapshot_hour, rebuilt.segment) == (hours[1], segment), f"at {at_ms}"
         assert _rows(rebuilt.replicas) == _replicas(rebuild([e for e in history if e.wall_ms <= at_ms]))
     assert _rows(rebuild_at(spark, lake, between).replicas)[(mh.T, 0, 1)][0] == 7
     monkeypatch.setattr(Segment, "serves", lambda _self, _at_ms: True)
     forced = rebuild_at(spark, lake, between)
-    assert forced.segment_hour == hours[2]
+    assert forced.segment == f"hour={hours[2]}"
     assert _rows(forced.replicas)[(mh.T, 0, 1)][0] == 5, "the guard is what keeps the segment's order out"
 
 
@@ -310,7 +323,7 @@ def test_a_segment_continues_only_the_snapshot_it_was_folded_from(spark: SparkSe
     earlier = latest_valid(lake, at_ms, by_hour)
     assert earlier is not None and earlier.hour == first
     later = segment_after(lake, earlier, at_ms, by_hour)
-    assert later is not None and later.hour == second
+    assert later is not None and later.name == f"hour={second}"
     manifest = earlier.directory / "_manifest.json"
     manifest.write_text(json.dumps(json.loads(manifest.read_text()), indent=1))
     rewritten = latest_valid(lake, at_ms, by_hour)

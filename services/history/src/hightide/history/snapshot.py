@@ -16,6 +16,8 @@ LAKE/_snapshots/hour=N/incarnations/      each emitter incarnation's first wall_
 LAKE/_snapshots/hour=N/segment/replicas/  the segment (below): per replica, its events since the snapshot before as
                                           the replica fold reads them, parsed and in order (`replica_arrays`)
 LAKE/_snapshots/hour=N/segment/controller/   and the controller side's events since then, ordered (`fold_events`)
+LAKE/_snapshots/tail/                     the segment of the events since the last snapshot, with a manifest
+                                          naming the lake files it was written from (`_write_tail`)
 ```
 
 The continuation (`continuation_ids`). The controller-side folds read, per key, a last value, a maximum or a first
@@ -46,8 +48,11 @@ start elsewhere (its first event by sequence stamped later than another of its e
 incarnations by their first event, and an instant between the two stamps sees only the later-sequenced one).
 Otherwise the filtered segment is the instant's order: dropping events leaves the others' relative order, the folds
 use positions only to order (never to count), and copies of an event share its stamp (kept or dropped together,
-the first one kept). An instant in the lake's last hour has no later snapshot: it reads the events since its
-snapshot from the lake, as an instant does wherever a segment does not serve.
+the first one kept). An instant in the lake's last hour has no later snapshot: the job's *tail* is the segment of
+the events since the last snapshot, which serves while the lake holds exactly the files it was written from there
+(a lake that stopped, as a postmortem's does; at the end of a full last hour of 250k events 25.7 -> 7.3-9.7 s).
+Where no segment serves (a batch landed since the job ran), the instant reads the events since its snapshot from
+the lake and orders them.
 
 Older formats (1: metadata of the controller types only; 2: no continuation) are not used, and the job writes them
 again; format 3 (no segment) is used, and written again with one. `_snapshots` is hidden
@@ -118,6 +123,7 @@ SNAPSHOTS_DIR: Final = "_snapshots"
 SNAPSHOT_FORMAT: Final = 4
 USABLE_FORMATS: Final = (3, 4)
 SEGMENT_DIR: Final = "segment"
+TAIL_DIR: Final = "tail"
 CONTROLLER_SERVICE: Final = "controller"
 MANIFEST: Final = "_manifest.json"
 _HOUR_DIR: Final = re.compile(r"hour=(\d+)")
@@ -290,16 +296,49 @@ def _current(lake: Path, snapshot: Snapshot, by_hour: dict[int, list[PartFile]])
     return snapshot.format in USABLE_FORMATS and _relative(lake, before) == snapshot.files
 
 
-def segment_after(lake: Path, snapshot: Snapshot, at_ms: int, by_hour: dict[int, list[PartFile]]) -> Snapshot | None:
-    """The next snapshot, when its segment continues `snapshot` and serves the state at `at_ms` (an instant before
-    its boundary): it is current, it folded on from this very snapshot (by fingerprint), and neither a wall clock
-    gone back nor an incarnation's start moved by the instant makes the segment's order differ from the instant's."""
+@dataclass(frozen=True, slots=True)
+class Continued:
+    """Where the events since a snapshot are kept as its job ordered them: the next snapshot's segment, or after the
+    last snapshot the tail's (`TAIL_DIR`)."""
+
+    directory: Path  # holds SEGMENT_DIR
+    segment: Segment
+    name: str  # the directory's name: hour=N or tail
+
+    @staticmethod
+    def of(snapshot: Snapshot) -> Continued | None:
+        segment = snapshot.segment
+        return Continued(snapshot.directory, segment, snapshot.directory.name) if segment is not None else None
+
+
+def segment_after(lake: Path, snapshot: Snapshot, at_ms: int, by_hour: dict[int, list[PartFile]]) -> Continued | None:
+    """The segment that continues `snapshot` and serves the state at `at_ms`: the next snapshot's (the instant is
+    before its boundary) when that snapshot is current, or, after the last snapshot, the tail's when it covers
+    exactly the lake's files since. It must have been folded on from this very snapshot (by fingerprint), and
+    neither a wall clock gone back nor an incarnation's start moved by the instant may make its order differ from
+    the instant's."""
     later = next((s for s in snapshots(lake) if s.hour > snapshot.hour), None)
-    if later is None or later.segment is None or not _current(lake, later, by_hour):
+    if later is not None:
+        found = Continued.of(later) if _current(lake, later, by_hour) and at_ms < later.boundary_ms else None
+    else:
+        found = _tail(lake, snapshot, by_hour)
+    if found is None:
         return None
-    segment = later.segment
+    segment = found.segment
     continues = segment.after_hour == snapshot.hour and segment.after == snapshot.fingerprint
-    return later if continues and at_ms < later.boundary_ms and segment.serves(at_ms) else None
+    return found if continues and segment.serves(at_ms) else None
+
+
+def _tail(lake: Path, snapshot: Snapshot, by_hour: dict[int, list[PartFile]]) -> Continued | None:
+    """The tail after `snapshot` (the last one), when it holds exactly the lake's files from its hour on."""
+    manifest = lake / SNAPSHOTS_DIR / TAIL_DIR / MANIFEST
+    if not manifest.is_file():
+        return None
+    written = json.loads(manifest.read_bytes())
+    since = [part for hour, parts in by_hour.items() if hour >= snapshot.hour for part in parts]
+    if written.get("format") != SNAPSHOT_FORMAT or frozenset(written["files"]) != _relative(lake, since):
+        return None
+    return Continued(manifest.parent, Segment.read(written["segment"]), TAIL_DIR)
 
 
 def load(spark: SparkSession, snapshot: Snapshot) -> Snapshotted:
@@ -464,7 +503,33 @@ def write_snapshots(spark: SparkSession, lake: Path) -> list[int]:
         held = _write(spark, lake, boundary, read_rows(spark, lake, step), held, _relative(lake, before))
         previous = boundary
         written.append(boundary)
+    if held is not None:
+        _write_tail(spark, lake, held, by_hour)
     return written
+
+
+def _write_tail(
+    spark: SparkSession, lake: Path, last: tuple[Snapshot, Snapshotted], by_hour: dict[int, list[PartFile]]
+) -> None:
+    """The tail: the segment of the events since the last snapshot (its hour on), which no later snapshot holds,
+    kept while the lake has exactly those files there (a lake that stopped: a postmortem's last hour). Written again
+    when they changed or the last snapshot did."""
+    snapshot, _ = last
+    since = [part for hour, parts in by_hour.items() if hour >= snapshot.hour for part in parts]
+    kept = _tail(lake, snapshot, by_hour)
+    if kept is not None and kept.segment.after == snapshot.fingerprint:
+        return
+    final = lake / SNAPSHOTS_DIR / TAIL_DIR
+    temporary = lake / SNAPSHOTS_DIR / f".{TAIL_DIR}.tmp"
+    shutil.rmtree(temporary, ignore_errors=True)
+    rows = read_rows(spark, lake, since)
+    events = _continued_events(rows, last[1], snapshot.boundary_ms).persist(StorageLevel.MEMORY_AND_DISK)
+    segment = _write_segment(events, rows, last, temporary / SEGMENT_DIR)
+    events.unpersist()
+    manifest = {"format": SNAPSHOT_FORMAT, "files": sorted(_relative(lake, since)), "segment": segment.manifest()}
+    (temporary / MANIFEST).write_text(json.dumps(manifest))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(temporary, final)
 
 
 def _write(
@@ -610,7 +675,7 @@ class RebuiltAt:
     snapshot_hour: int | None  # None: folded from the beginning
     note: str  # why a snapshot was not used, when one was not
     continuation: bool  # the controller side before the snapshot was its continuation (not all its events)
-    segment_hour: int | None = None  # the next snapshot, whose segment gave the events since (`segment_after`)
+    segment: str | None = None  # where the events since came from, ordered (`segment_after`): hour=N or tail
 
 
 def rebuild_at(
@@ -650,8 +715,8 @@ def rebuild_at(
                 abandoned_ids = frozenset(row.event_id for row in found["abandoned"])
                 order = found["order"][0] if found["order"] else None
                 if continuation_holds(snapshot, abandoned_ids, order):
-                    served = later.hour if later is not None else None
-                    return _at(found, snapshot.hour, "", continuation=True, segment_hour=served)
+                    served = later.name if later is not None else None
+                    return _at(found, snapshot.hour, "", continuation=True, segment=served)
                 events = _continued_events(rows, held, snapshot.boundary_ms, whole=True).persist(
                     StorageLevel.MEMORY_AND_DISK
                 )
@@ -668,13 +733,12 @@ def rebuild_at(
 
 
 def _from_segment(
-    spark: SparkSession, later: Snapshot, at_ms: int, topic: str | None, boundary_ms: int
+    spark: SparkSession, later: Continued, at_ms: int, topic: str | None, boundary_ms: int
 ) -> dict[str, list[Row]]:
     """`_collected` of the events up to `at_ms` since the snapshot before `later`, from `later`'s segment: each
     replica's arrays and the controller side's ordered events, kept up to the instant (`segment_after` says when
     that order is the instant's own), so nothing is ordered or parsed again."""
     segment = later.segment
-    assert segment is not None
     directory = later.directory / SEGMENT_DIR
     arrays = spark.read.schema(segment.schemas["replicas"]).parquet(str(directory / "replicas"))
     kept = arrays.select(*REPLICA_KEY, F.filter("_rows", lambda x: x.wall_ms <= at_ms).alias("_rows"))
@@ -724,7 +788,7 @@ def _collected(
 
 
 def _at(
-    found: dict[str, list[Row]], hour: int | None, note: str, *, continuation: bool, segment_hour: int | None = None
+    found: dict[str, list[Row]], hour: int | None, note: str, *, continuation: bool, segment: str | None = None
 ) -> RebuiltAt:
     return RebuiltAt(
         found["replicas"],
@@ -734,5 +798,5 @@ def _at(
         hour,
         note,
         continuation,
-        segment_hour,
+        segment,
     )
