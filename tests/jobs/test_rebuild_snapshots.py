@@ -101,7 +101,7 @@ def test_each_snapshot_is_the_full_replay_to_its_hour_and_the_job_is_idempotent(
 ) -> None:
     history, lake = stretched
     written = write_snapshots(spark, lake)
-    assert written == list(lake_files(lake))[1:]
+    assert (written.hours, written.tail) == (list(lake_files(lake))[1:], True)
     assert scan_lake(lake).files, "the lake still scans with its snapshots in it"
     for snapshot in snapshots(lake):
         held = spark.read.schema(REPLICAS_SCHEMA).parquet(str(snapshot.directory / "replicas")).collect()
@@ -109,8 +109,9 @@ def test_each_snapshot_is_the_full_replay_to_its_hour_and_the_job_is_idempotent(
         assert _rows(held) == _replicas(expected), f"snapshot at hour {snapshot.hour}"
     tail = lake / SNAPSHOTS_DIR / "tail" / "_manifest.json"
     written_at = tail.stat().st_mtime_ns
-    assert write_snapshots(spark, lake) == [], "an up-to-date snapshot is kept as it is"
-    assert tail.stat().st_mtime_ns == written_at, "and so is the tail"
+    again = write_snapshots(spark, lake)
+    assert (again.hours, again.tail) == ([], False), "up-to-date snapshots and tail are kept as they are"
+    assert tail.stat().st_mtime_ns == written_at
 
 
 def test_a_rebuild_from_a_snapshot_is_a_rebuild_from_scratch(
@@ -210,14 +211,14 @@ def test_a_rebuild_from_a_snapshot_is_the_full_replay_around_every_boundary(
 
 
 def test_an_instant_between_two_snapshots_is_folded_from_the_later_ones_segment(
-    spark: SparkSession, stretched: tuple[list[Envelope], Path], tmp_path: Path
+    spark: SparkSession, stretched: tuple[list[Envelope], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Given snapshots at each hour, an instant inside an hour that has a snapshot at both ends shows the full
     replay's state and lists from the later snapshot's segment (the events since the earlier one, ordered and parsed
     when it was written): with that hour's lake files made unreadable (names kept, so both snapshots stay valid), the
     answer is still the replay's, so nothing of the hour was read again. The lake's last hour has no later snapshot:
     an instant in it reads the tail's segment (the events since the last snapshot) while the lake holds exactly the
-    files it was written from, and the lake once another batch lands there."""
+    files it was written from, and the lake once another batch lands there, until the job writes the tail again."""
     history, original = stretched
     lake = tmp_path / "lake"
     shutil.copytree(original, lake)
@@ -242,6 +243,10 @@ def test_an_instant_between_two_snapshots_is_folded_from_the_later_ones_segment(
     shown, _, _ = _compared(spark, lake, at_ms)
     assert shown == _replayed(history, at_ms)
     assert rebuild_at(spark, lake, at_ms).segment is None
+    capsys.readouterr()
+    assert main(["snapshot", "--lake", str(lake)]) == 0
+    assert capsys.readouterr().out == "the tail since the last snapshot written\n"
+    assert rebuild_at(spark, lake, at_ms).segment == "tail"
 
 
 def _moved_start_story() -> list[Envelope]:
@@ -329,7 +334,7 @@ def test_a_segment_continues_only_the_snapshot_it_was_folded_from(spark: SparkSe
     rewritten = latest_valid(lake, at_ms, by_hour)
     assert rewritten is not None and rewritten.fingerprint != earlier.fingerprint
     assert segment_after(lake, rewritten, at_ms, by_hour) is None
-    assert write_snapshots(spark, lake) == [second], "the snapshot folded on from it is written again"
+    assert write_snapshots(spark, lake).hours == [second], "the snapshot folded on from it is written again"
     assert segment_after(lake, rewritten, at_ms, by_hour) is not None
 
 

@@ -254,7 +254,9 @@ def run_snapshot(args: argparse.Namespace) -> int:
 
     spark = spark_session(args.master, "hightide-history-snapshot")
     written = write_snapshots(spark, args.lake)
-    print(f"snapshots written at hours {written}" if written else "every snapshot is up to date")
+    done = [f"snapshots written at hours {written.hours}"] if written.hours else []
+    done += ["the tail since the last snapshot written"] if written.tail else []
+    print("; ".join(done) if done else "every snapshot is up to date")
     return EXIT_OK
 
 

@@ -480,9 +480,17 @@ def continuation_holds(snapshot: Snapshot, abandoned: frozenset[str], order: Row
 # -- writing snapshots ----------------------------------------------------------------------------------------------
 
 
-def write_snapshots(spark: SparkSession, lake: Path) -> list[int]:
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What `write_snapshots` wrote: the snapshots' hours (valid ones are kept as they are) and whether the tail."""
+
+    hours: list[int]
+    tail: bool
+
+
+def write_snapshots(spark: SparkSession, lake: Path) -> Written:
     """A snapshot at each hour boundary of the lake (between its first and last hour directories), each folded on
-    from the one before; returns the hours written (valid ones are kept as they are)."""
+    from the one before, and the tail after the last one."""
     by_hour = lake_files(lake)
     hours = list(by_hour)
     written: list[int] = []
@@ -503,22 +511,21 @@ def write_snapshots(spark: SparkSession, lake: Path) -> list[int]:
         held = _write(spark, lake, boundary, read_rows(spark, lake, step), held, _relative(lake, before))
         previous = boundary
         written.append(boundary)
-    if held is not None:
-        _write_tail(spark, lake, held, by_hour)
-    return written
+    tail = _write_tail(spark, lake, held, by_hour) if held is not None else False
+    return Written(written, tail)
 
 
 def _write_tail(
     spark: SparkSession, lake: Path, last: tuple[Snapshot, Snapshotted], by_hour: dict[int, list[PartFile]]
-) -> None:
+) -> bool:
     """The tail: the segment of the events since the last snapshot (its hour on), which no later snapshot holds,
     kept while the lake has exactly those files there (a lake that stopped: a postmortem's last hour). Written again
-    when they changed or the last snapshot did."""
+    when they changed or the last snapshot did; whether it was."""
     snapshot, _ = last
     since = [part for hour, parts in by_hour.items() if hour >= snapshot.hour for part in parts]
     kept = _tail(lake, snapshot, by_hour)
     if kept is not None and kept.segment.after == snapshot.fingerprint:
-        return
+        return False
     final = lake / SNAPSHOTS_DIR / TAIL_DIR
     temporary = lake / SNAPSHOTS_DIR / f".{TAIL_DIR}.tmp"
     shutil.rmtree(temporary, ignore_errors=True)
@@ -530,6 +537,7 @@ def _write_tail(
     (temporary / MANIFEST).write_text(json.dumps(manifest))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(temporary, final)
+    return True
 
 
 def _write(
