@@ -316,6 +316,58 @@ def test_a_segment_is_not_used_where_an_incarnations_start_moves(
     assert _rows(forced.replicas)[(mh.T, 0, 1)][0] == 5, "the guard is what keeps the segment's order out"
 
 
+def _long_cache_story() -> list[Envelope]:
+    """Broker 1's replica opened in hour 0 with twenty epochs in its cache (epoch e from offset 10e). In hour 1 an
+    assign of an earlier epoch at a later offset cuts the cache at epoch 15 (offset 150), a truncation at offset 120
+    cuts it again, and epoch 21 starts at 125; in hour 2 the log start moves to 35, which cuts the cache's head."""
+    key = {"topic": mh.T, "partition": 0, "replica": 1}
+    opened = ev.LogOpened(
+        **key,
+        log_start_offset=0,
+        log_end_offset=200,
+        high_watermark=190,
+        leader_epochs=tuple((epoch, 10 * epoch) for epoch in range(20)),
+        reason="clean_shutdown",
+    )
+    return _hours(
+        mh.broker(1, "a"),
+        (0, 5, opened),
+        (1, 10, ev.LeaderEpochStarted(**key, leader_epoch=15, start_offset=195)),
+        (1, 20, ev.LeaderEpochsTruncated(**key, end_offset=120)),
+        (1, 30, ev.LeaderEpochStarted(**key, leader_epoch=21, start_offset=125)),
+        (2, 10, ev.LogStartOffsetAdvanced(**key, log_start_offset=35, reason="delete_records")),
+        (2, 20, ev.LeaderEpochStarted(**key, leader_epoch=22, start_offset=130)),
+    )
+
+
+def test_a_long_epoch_cache_folds_on_from_a_snapshot_as_it_replays(spark: SparkSession, tmp_path: Path) -> None:
+    """The fold steps only the cache entries after those no operation since the snapshot can reach (a cache keeps an
+    entry per leader epoch of the partition's history). Given a snapshot holding twenty entries and, after it,
+    assigns and truncations that cut into the cache from its end, then a log start move that cuts its head, every
+    instant shows the full replay's cache, from the later snapshot's segment and from the tail."""
+    history = _long_cache_story()
+    lake = write_lake(history, tmp_path / "lake")
+    write_snapshots(spark, lake)
+    hours = list(lake_files(lake))
+    assert len(hours) == 3
+    for hour, minute, segment in (
+        (1, 15, f"hour={hours[2]}"),
+        (1, 25, f"hour={hours[2]}"),
+        (1, 45, f"hour={hours[2]}"),
+        (2, 15, "tail"),
+        (2, 30, "tail"),
+    ):
+        at_ms = _at_minute(T0_MS, hour, minute)
+        rebuilt = rebuild_at(spark, lake, at_ms)
+        assert rebuilt.segment == segment, f"at {hour}:{minute}"
+        expected = _replicas(rebuild([e for e in history if e.wall_ms <= at_ms]))
+        assert _rows(rebuilt.replicas) == expected, f"at {hour}:{minute}"
+    cache = ((3, 35), *((epoch, 10 * epoch) for epoch in range(4, 12)), (21, 125), (22, 130))
+    assert _rows(rebuilt.replicas)[(mh.T, 0, 1)][3] == cache, (
+        "the cuts at epoch 15 and offset 120, the head moved to 35"
+    )
+
+
 def test_a_segment_continues_only_the_snapshot_it_was_folded_from(spark: SparkSession, tmp_path: Path) -> None:
     """A segment names the snapshot it folded on from by its manifest's hash: once that snapshot is written again
     (here its manifest, reformatted), the segment serves no instant, and the job writes its snapshot again."""

@@ -455,13 +455,24 @@ def replica_arrays(events: DataFrame, scope: Scope = ()) -> DataFrame:
 
 
 def fold_replica_arrays(folded: DataFrame, scope: Scope = ()) -> DataFrame:
-    """Each live replica's state from its `replica_arrays` (a replica whose array is empty did not exist)."""
+    """Each live replica's state from its `replica_arrays` (a replica whose array is empty did not exist).
+
+    Computed in steps, each a projection of its own whose columns the next names: an array a later expression reads
+    twice is then computed once. Written as one expression, every mention of a slice (the rows since the replica last
+    went, those since the cache last reset) computed it and what it is sliced from again, and array functions are
+    evaluated one element at a time: a replica's epoch cache cost about twenty passes over its rows."""
+    key = [*scope, *REPLICA_KEY]
     rows = F.col("_rows")
-    count = F.size(rows)
+    last = F.try_element_at(rows, F.lit(-1))
     # The rows since the replica last went (all of them if it never did); the first of them starts afresh.
     went = F.coalesce(F.array_max(F.transform(rows, lambda x, i: F.when(x.gone, i + 1).otherwise(0))), F.lit(0))
-    since = F.slice(rows, went + 1, count - went)
-    last = F.try_element_at(rows, F.lit(-1))
+    live = folded.where(~last.gone).select(
+        *key,
+        F.slice(rows, went + 1, F.size(rows)).alias("_since"),
+        last.wall_ms.alias("wall_ms"),
+        last.event_id.alias("event_id"),
+    )
+    since = F.col("_since")
 
     def last_set(field: str) -> Column:
         value = F.try_element_at(F.filter(since, lambda x: x[field].isNotNull()), F.lit(-1))[field]
@@ -469,37 +480,87 @@ def fold_replica_arrays(folded: DataFrame, scope: Scope = ()) -> DataFrame:
 
     def since_last(flag: str) -> Column:
         """The rows from the last one with `flag` set (or from the fresh first row) on."""
-        start = F.array_max(F.transform(since, lambda x, i: F.when(x[flag], i + 1).otherwise(1)))
-        return F.slice(since, start, F.size(since) - start + 1)
+        return F.slice(
+            since, F.array_max(F.transform(since, lambda x, i: F.when(x[flag], i + 1).otherwise(1))), F.size(since)
+        )
 
-    group = since_last("_ls_sets")
+    carried = ["wall_ms", "event_id", "log_end_offset", "high_watermark"]
+    sliced = live.select(
+        *key,
+        *carried[:2],
+        last_set("_leo_set").alias("log_end_offset"),
+        last_set("_hw_set").alias("high_watermark"),
+        since_last("_ls_sets").alias("_group"),
+        since_last("_ep_resets").alias("_cache"),
+    )
+    group, cache = F.col("_group"), F.col("_cache")
     lowered = F.array_min(F.transform(F.filter(group, lambda x: x._ls_lowered.isNotNull()), lambda x: x._ls_lowered))
-    cache = since_last("_ep_resets")
+    log_start = F.least(F.coalesce(F.try_element_at(group, F.lit(1))._ls_set, F.lit(0).cast("long")), lowered)
     initial = F.transform(
         F.coalesce(F.try_element_at(cache, F.lit(1))._opened_epochs, F.array().cast(EPOCHS_TYPE)),
         lambda x: F.struct(x[0].alias("e"), x[1].alias("s"), F.lit(0).cast("long").alias("f")),
     )
-    operations = F.transform(
-        F.filter(cache, lambda x: x._op.isNotNull()), lambda x: F.struct(F.lit(0).cast("long").alias("_i"), x._op)
+    cached = sliced.select(
+        *key,
+        *carried,
+        log_start.alias("log_start_offset"),
+        initial.alias("_initial"),
+        F.transform(F.filter(cache, lambda x: x._op.isNotNull()), lambda x: x._op).alias("_ops"),
     )
+    initial, ops = F.col("_initial"), F.col("_ops")
+    counted = cached.select(
+        *key, *carried, "log_start_offset", initial, ops, _untouched_entries(initial, ops).alias("_untouched")
+    )
+    untouched = F.col("_untouched")
+    operations = F.transform(ops, lambda x: F.struct(F.lit(0).cast("long").alias("_i"), x.alias("_op")))
     held = F.sort_array(
         F.transform(
-            F.aggregate(operations, initial, _live_step),
+            F.concat(
+                F.slice(initial, 1, untouched),
+                F.aggregate(operations, F.slice(initial, untouched + 1, F.size(initial)), _live_step),
+            ),
             lambda x: F.struct(x.s.alias("start_offset"), x.e.alias("leader_epoch")),
         )
     )
-    return folded.where(~last.gone).select(
-        *scope,
-        *REPLICA_KEY,
-        F.least(F.coalesce(F.try_element_at(group, F.lit(1))._ls_set, F.lit(0).cast("long")), lowered).alias(
-            "log_start_offset"
-        ),
-        last_set("_leo_set").alias("log_end_offset"),
-        last_set("_hw_set").alias("high_watermark"),
+    return counted.select(
+        *key,
+        "log_start_offset",
+        "log_end_offset",
+        "high_watermark",
         F.transform(held, lambda x: F.array(x.leader_epoch, x.start_offset)).alias("epoch_entries"),
-        last.wall_ms.alias("wall_ms"),
-        last.event_id.alias("event_id"),
+        "wall_ms",
+        "event_id",
     )
+
+
+def _untouched_entries(initial: Column, ops: Column) -> Column:
+    """How many of the epoch cache's first entries (`initial`) no operation in `ops` can remove or change: those
+    below every assign's epoch and start and every truncate-from-end's offset (an assign drops entries from the end
+    while epoch >= its epoch or start >= its start, a truncation those at or above its offset), none of them when
+    the log start moves (truncate-from-start changes the head). The fold then steps only the entries after them: a
+    cache grows with every leader epoch of the partition's history (1,814 entries per replica in the 40-hour 10M
+    lake), and each step copies the whole array it is given, so stepping all of them made a state at an instant
+    cost more as the history grew, for the same events since its snapshot.
+
+    The bounds ride in the count's accumulator: a lambda that named them would evaluate them once per entry."""
+
+    def lowest(kinds: tuple[int, ...], field: str) -> Column:
+        values = F.transform(F.filter(ops, lambda x: x.kind.isin(*kinds)), lambda x: x[field])
+        return F.coalesce(F.array_min(values), F.lit(2**63 - 1).cast("long"))
+
+    bounds = F.struct(
+        lowest((_ASSIGN,), "a").alias("e"),
+        F.least(lowest((_ASSIGN,), "b"), lowest((_TRUNCATE_FROM_END,), "a")).alias("s"),
+        F.lit(0).alias("n"),
+        F.lit(False).alias("stop"),
+    )
+
+    def count(acc: Column, x: Column) -> Column:
+        stop = acc.stop | (x.e >= acc.e) | (x.s >= acc.s)
+        return F.struct(acc.e, acc.s, F.when(stop, acc.n).otherwise(acc.n + 1).alias("n"), stop.alias("stop"))
+
+    moves_start = F.exists(ops, lambda x: x.kind == _TRUNCATE_FROM_START)
+    return F.when(moves_start, F.lit(0)).otherwise(F.aggregate(initial, bounds, count, lambda acc: acc.n))
 
 
 _FINAL_FIELDS: Final = (

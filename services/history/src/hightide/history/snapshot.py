@@ -709,12 +709,19 @@ def rebuild_at(
     if snapshot is not None:
         with _settings(spark, FROM_SNAPSHOT_CONF):
             parts = [p for hour, ps in by_hour.items() if snapshot.hour <= hour <= last_hour for p in ps]
-            rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
-            held = load(spark, snapshot)
+
+            @functools.cache
+            def since() -> tuple[DataFrame, Snapshotted]:
+                """The lake's rows since the snapshot and the snapshot itself: read only where no segment serves, or
+                to fold again when the segment's answer does not stand (each read lists its files, in a fresh JVM
+                a cost of its own)."""
+                return read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms), load(spark, snapshot)
+
             later = segment_after(lake, snapshot, at_ms, by_hour)
             if later is not None:
                 found = _from_segment(spark, later, at_ms, topic, snapshot.boundary_ms)
             else:
+                rows, held = since()
                 events = _continued_events(rows, held, snapshot.boundary_ms).persist(StorageLevel.MEMORY_AND_DISK)
                 checks = {"clock": _clock_went_back(rows, held), "order": _order_before(events, snapshot.boundary_ms)}
                 found = _collected(events, topic, checks)
@@ -725,6 +732,7 @@ def rebuild_at(
                 if continuation_holds(snapshot, abandoned_ids, order):
                     served = later.name if later is not None else None
                     return _at(found, snapshot.hour, "", continuation=True, segment=served)
+                rows, held = since()
                 events = _continued_events(rows, held, snapshot.boundary_ms, whole=True).persist(
                     StorageLevel.MEMORY_AND_DISK
                 )
