@@ -35,6 +35,9 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     assert_history_clean(local.lake)
 
 
+RECORDS = 6000
+
+
 def completed(cluster: LocalCluster, plan: Path) -> str | None:
     """`reassign --verify`'s text once it exits 0 (all completed); None while it exits 1 (still in progress)."""
     result = hightide(cluster.data_dir, "reassign", "--reassignment-json-file", str(plan), "--verify", timeout=30)
@@ -53,7 +56,9 @@ def test_moving_a_partition_off_its_leader_under_acks_all_loses_no_acknowledged_
     cluster.start_broker(4)
     wait_for(lambda: len(active_brokers(cluster)) == 4, 60, "broker 4 active")
 
-    producer = Producer(cluster, topic, 3000, 300)
+    # 20 s of records at 300/s: the describe and the plan before the reassignment must land inside them (10 s ran
+    # out once, a CI run sharing its two cores with Spark jobs).
+    producer = Producer(cluster, topic, RECORDS, 300)
     wait_for(lambda: len(producer.acks) >= 300, 30, "records flowing")
     leader = int(describe(cluster, topic)[0]["Leader"])
     target = [b for b in (1, 2, 3) if b != leader] + [4]
@@ -87,7 +92,7 @@ def test_moving_a_partition_off_its_leader_under_acks_all_loses_no_acknowledged_
 
     assert producer.finish(timeout_s=180) == 0, producer.stderr.read_text()[-3000:]
     acks = producer.acks
-    assert len(acks) == 3000
+    assert len(acks) == RECORDS
     acknowledged = [a for a in acks if a["error"] is None]
     assert acknowledged
     records = consume_all(cluster, topic, len(acknowledged))
