@@ -186,18 +186,17 @@ has the tail (the segment since the last snapshot, while the lake's files there 
 the 1M lake cut after that full hour, `--instant last`, base and this twice each: 25.7 / 25.8 -> 9.7 / 7.3 s after
 start-up (the same answers at two instants). Not served: an instant after a batch that landed since the job last ran
 (a live cluster's current hour), which still orders every event since its snapshot.
-The epoch cache (2026-11-29, later): at 10M the same hour-end query took 13.0 / 14.0 s after start-up (warm 8.5 /
-8.3) against 8.6 / 8.9 s (4.3 / 4.9) at 1M, quiet (load 1-1.7), alternating. The 10M lake's replicas hold 1,814
-epoch entries each at its last snapshot (140 at 1M): the fold stepped every entry for each of the hour's 47 cache
-operations, and as one expression it evaluated each slice once per mention (the epoch column alone, selected
-apart, 8.5-14 s). A projection per step and stepping only the entries an operation can reach
-(`rebuild._untouched_entries`): the fold of the segment's arrays 5.0-6.2 -> 1.9-2.9 s at 10M, and the query 8.3 /
-9.3 s (warm 5.0 / 4.7) at 10M, 7.6 / 7.7 s (3.8 / 3.7) at 1M; the answers byte for byte the base's at three 1M and
-two 10M instants. The current hour after a new batch (the 1M lake cut after a full hour, a batch copied in), base /
-this alternating: 31.3 / 30.7 against 32.9 / 30.3 s after start-up, unchanged. Tried and not kept: the snapshot job's
-replicas from this fold instead of the timeline, and a kept snapshot read only when the next is written from it;
-the 10M job (the last snapshot and the tail written again, a fresh JVM) took 149-213 s with or without them (eight
-runs, the same output): no gain to show.
+The epoch cache (2026-11-29, later): at 10M the same hour-end query took 13.0 / 14.0 s after start-up (warm 8.5 / 8.3)
+against 8.6 / 8.9 s (4.3 / 4.9) at 1M, quiet (load 1-1.7), alternating. The 10M lake's replicas hold 1,814 epoch entries
+each at its last snapshot (140 at 1M): the fold stepped every entry for each of the hour's 47 cache operations, and as
+one expression it evaluated each slice once per mention (the epoch column alone, selected apart, 8.5-14 s). A projection
+per step and stepping only the entries an operation can reach (`rebuild._untouched_entries`): the fold of the segment's
+arrays (three runs in one JVM) 5.0-7.3 -> 1.9-3.8 s at 10M, and the query 8.3 / 9.3 s (warm 5.0 / 4.7) at 10M, 7.6 / 7.7
+s (3.8 / 3.7) at 1M; the answers byte for byte the base's at three 1M and two 10M instants. The current hour after a new
+batch (the 1M lake cut after a full hour, a batch copied in), base / this alternating: 31.3 / 30.7 against 32.9 / 30.3 s
+after start-up, unchanged. Tried and not kept: the snapshot job's replicas from this fold instead of the timeline, and a
+kept snapshot read only when the next is written from it; the 10M job (the last snapshot and the tail written again, a
+fresh JVM) took 149-213 s with or without them (eight runs, the same output): no gain to show.
 """
 
 from __future__ import annotations
