@@ -112,6 +112,33 @@ def test_the_cluster_has_the_shape_the_issue_asks_for(tree: str) -> None:
     assert found[("CronJob", "hightide-history-audit")]["spec"]["concurrencyPolicy"] == "Forbid"
 
 
+@pytest.mark.parametrize("tree", TREES)
+def test_the_history_snapshots_run_hourly_one_at_a_time_into_the_archivers_lake(tree: str) -> None:
+    """`rebuild --at` is fast only where snapshots exist: a deployment writes them every hour, into the very lake
+    the archiver fills (writable: the job writes `_snapshots/` there), never two runs at once, and in dev, whose lake
+    is ReadWriteOnce, on the archiver's node."""
+    found = objects(render(K8S / tree))
+    cron = found[("CronJob", "hightide-history-snapshot")]["spec"]
+    minute, hour, *rest = cron["schedule"].split()
+    assert minute.isdigit() and hour == "*" and rest == ["*", "*", "*"]
+    assert cron["concurrencyPolicy"] == "Forbid"
+    assert cron["jobTemplate"]["spec"]["activeDeadlineSeconds"] < 3600  # over before the next run is due
+    pod = cron["jobTemplate"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["args"][:2] == ["history", "snapshot"]
+    lake_path = container["args"][container["args"].index("--lake") + 1]
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == lake_path)
+    assert not mount.get("readOnly", False)
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    archiver = found[("Deployment", "hightide-archiver")]["spec"]["template"]["spec"]
+    archiver_lake = next(v for v in archiver["volumes"] if v["name"] == "lake")
+    assert volume["persistentVolumeClaim"]["claimName"] == archiver_lake["persistentVolumeClaim"]["claimName"]
+    assert pod["securityContext"]["runAsUser"] == archiver["securityContext"]["runAsUser"]  # the lake's owner
+    if tree == "overlays/dev":
+        beside = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+        assert beside["labelSelector"]["matchLabels"] == {"app.kubernetes.io/name": "hightide-archiver"}
+
+
 def _broker_pod(tree: str) -> dict[str, Any]:
     spec: dict[str, Any] = objects(render(K8S / tree))[("StatefulSet", "hightide-broker")]["spec"]["template"]
     return spec
@@ -213,7 +240,7 @@ def test_the_compose_schema_refuses_a_broken_compose_file() -> None:
 def test_the_compose_stack_starts_in_health_order_with_a_volume_per_stateful_service() -> None:
     services = yaml.safe_load(COMPOSE.read_text())["services"]
     nodes = ["nats-1", "nats-2", "nats-3", "controller-1", "controller-2", "broker-1", "broker-2", "broker-3"]
-    assert sorted(services) == sorted([*nodes, "archiver", "canary", "history-audit"])
+    assert sorted(services) == sorted([*nodes, "archiver", "canary", "history-audit", "history-snapshot"])
     for name in ["controller-1", "controller-2", "broker-1", "broker-2", "broker-3", "archiver"]:
         conditions = {dep["condition"] for dep in services[name]["depends_on"].values()}
         assert conditions == {"service_healthy"}, name
@@ -225,6 +252,9 @@ def test_the_compose_stack_starts_in_health_order_with_a_volume_per_stateful_ser
     assert len(set(data_volumes)) == 6
     audit = services["history-audit"]
     assert audit["restart"] == "no" and audit["profiles"] == ["audit"]
+    snapshot = services["history-snapshot"]
+    assert snapshot["restart"] == "no" and snapshot["profiles"] == ["snapshot"]
+    assert snapshot["volumes"] == ["lake:/var/lib/hightide/lake"]  # writable: the job writes _snapshots/ there
 
 
 def _docker_compose_answers() -> bool:

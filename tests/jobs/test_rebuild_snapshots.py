@@ -39,6 +39,7 @@ from hightide.history.snapshot import (
     rebuild_at,
     segment_after,
     snapshots,
+    swap_in,
     write_snapshots,
 )
 from hightide.lake.layout import HOUR_MS, PartFile, part_name, scan_lake
@@ -491,6 +492,36 @@ def test_a_late_file_before_a_snapshots_hour_makes_it_stale(tmp_path: Path) -> N
     late = by_hour[first][0].path.parent / part_name(90_000, 90_001, 1, 1)
     shutil.copy(by_hour[first][0].path, late)
     assert latest_valid(lake, second * HOUR_MS, lake_files(lake)) is None
+
+
+def test_a_snapshot_written_again_keeps_the_one_it_replaces_for_a_reader_until_the_next(tmp_path: Path) -> None:
+    """The hourly job writes the tail (and a stale snapshot) again while `rebuild --at` may be reading it: the new
+    directory takes the name whole, and the replaced one stays readable aside, out of the listing, until the name is
+    written once more (then the one before goes)."""
+    lake, _, _, second = _lake_with_a_manifest(tmp_path)
+    final = lake / SNAPSHOTS_DIR / f"hour={second}"
+    old_manifest = (final / "_manifest.json").read_text()
+    (final / "replicas").mkdir()
+    (final / "replicas" / "part-0.parquet").write_bytes(b"the first")
+
+    def written(content: bytes) -> Path:
+        directory = lake / SNAPSHOTS_DIR / f".hour={second}.tmp"
+        (directory / "replicas").mkdir(parents=True)
+        (directory / "replicas" / "part-0.parquet").write_bytes(content)
+        (directory / "_manifest.json").write_text(old_manifest)
+        return directory
+
+    swap_in(written(b"the second"), final)
+    aside = lake / SNAPSHOTS_DIR / f".hour={second}.replaced"
+    assert (final / "replicas" / "part-0.parquet").read_bytes() == b"the second"
+    assert (aside / "replicas" / "part-0.parquet").read_bytes() == b"the first"  # a reader's listed file is there
+    assert [s.directory for s in snapshots(lake)] == [final]
+    assert latest_valid(lake, second * HOUR_MS, lake_files(lake)) is not None
+
+    swap_in(written(b"the third"), final)
+    assert (final / "replicas" / "part-0.parquet").read_bytes() == b"the third"
+    assert (aside / "replicas" / "part-0.parquet").read_bytes() == b"the second"
+    assert sorted(p.name for p in (lake / SNAPSHOTS_DIR).iterdir()) == [f".hour={second}.replaced", f"hour={second}"]
 
 
 def test_a_snapshot_of_an_older_format_is_not_used(tmp_path: Path) -> None:

@@ -535,9 +535,19 @@ def _write_tail(
     events.unpersist()
     manifest = {"format": SNAPSHOT_FORMAT, "files": sorted(_relative(lake, since)), "segment": segment.manifest()}
     (temporary / MANIFEST).write_text(json.dumps(manifest))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(temporary, final)
+    swap_in(temporary, final)
     return True
+
+
+def swap_in(written: Path, final: Path) -> None:
+    """Put the directory `written` at `final`, the one there before renamed aside (`.NAME.replaced`) and kept until
+    the next swap of that name: a `rebuild --at` beside the hourly job lists `final` whole, old or new, never half
+    deleted, and the files of the old one it chose are still there while it reads them."""
+    replaced = final.with_name(f".{final.name}.replaced")
+    shutil.rmtree(replaced, ignore_errors=True)
+    if final.exists():
+        os.replace(final, replaced)
+    os.replace(written, final)
 
 
 def _write(
@@ -596,8 +606,7 @@ def _write(
         manifest["segment"] = segment.manifest()
     text = json.dumps(manifest).encode()
     (temporary / MANIFEST).write_bytes(text)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(temporary, final)
+    swap_in(temporary, final)
     snapshot = Snapshot(
         hour,
         final,
