@@ -42,6 +42,7 @@ from hightide.history.snapshot import (
     swap_in,
     write_snapshots,
 )
+from hightide.lake import count_events
 from hightide.lake.layout import HOUR_MS, PartFile, part_name, scan_lake
 from hightide.lake.reader import read_envelopes
 from hightide.protocol import events as ev
@@ -288,6 +289,56 @@ def _moved_start_story() -> list[Envelope]:
         Envelope("test", mh.broker(1, "c"), 0, at(1, 20), 0, appended(7)),
         Envelope("test", mh.broker(1, "c"), 1, at(2, 5), 0, appended(8)),
     ]
+
+
+def _late_fold_start_story() -> list[Envelope]:
+    """Broker 1's replica opened in hour 0; in hour 1 incarnation "b" starts at 1:10 with an event no fold reads (a
+    ProduceCompleted) and appends at 1:40 (log end 5), and "c" starts at 1:20 and appends then (log end 7). By their
+    starts "b" comes first and the log end is c's 7; started at their first folded event, "c" would come first and
+    the log end would be b's 5."""
+    moved = _moved_start_story()
+    opened, b_appends, c_appends = moved[0], moved[1].event, moved[3].event
+    at = functools.partial(_at_minute, T0_MS)
+    completed = ev.ProduceCompleted(
+        topic=mh.T,
+        partition=0,
+        leader=1,
+        leader_epoch=1,
+        acks=-1,
+        base_offset=0,
+        last_offset=0,
+        high_watermark=0,
+        error="NONE",
+    )
+    return [
+        opened,
+        Envelope("test", mh.broker(1, "b"), 0, at(1, 10), 0, completed),
+        Envelope("test", mh.broker(1, "b"), 1, at(1, 40), 0, b_appends),
+        Envelope("test", mh.broker(1, "c"), 0, at(1, 20), 0, c_appends),
+    ]
+
+
+def test_the_events_since_a_snapshot_are_ordered_by_each_incarnations_first_event_of_any_type(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """From a snapshot only the folded types' events are ordered (`ordered`'s `relative`), but an incarnation still
+    starts at its first event of any type, as the plain rebuild orders them: from the tail and, with the tail gone
+    (a batch landed since the job ran), from the events since the snapshot, the state is the full replay's."""
+    history = _late_fold_start_story()
+    lake = write_lake(history, tmp_path / "lake")
+    assert count_events(lake) == len(history), "every event is in the lake (none quarantined)"
+    write_snapshots(spark, lake)
+    hours = list(lake_files(lake))
+    at_ms = _at_minute(T0_MS, 1, 50)
+    expected = _replicas(rebuild([e for e in history if e.wall_ms <= at_ms]))
+    assert expected[(mh.T, 0, 1)][0] == 7
+    from_tail = rebuild_at(spark, lake, at_ms)
+    assert (from_tail.snapshot_hour, from_tail.segment) == (hours[1], "tail")
+    assert _rows(from_tail.replicas) == expected
+    shutil.rmtree(lake / SNAPSHOTS_DIR / "tail")
+    folded = rebuild_at(spark, lake, at_ms)
+    assert (folded.snapshot_hour, folded.segment) == (hours[1], None)
+    assert _rows(folded.replicas) == expected
 
 
 def _at_minute(start: int, hour: int, minute: int) -> int:
