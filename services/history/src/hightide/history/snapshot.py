@@ -665,8 +665,9 @@ FROM_SNAPSHOT_CONF: Final = {
 
 # Where no segment serves (an instant after a batch that landed since the job last ran: a live cluster's current
 # hour), the query orders and folds every event since the snapshot, up to an hour of them (250,000 in the 1M bench
-# lake), and there generated code pays for its compiling: the first query after start-up 24-28 -> 19-20 s, warm
-# 16-22 -> 13-14 s (/work/prof/s31, three fresh JVMs a side, with `ordered`'s `relative`).
+# lake), and there generated code pays for its compiling. With `ordered`'s `relative`, on the 1M lake's last hour
+# cut at :40 with its last 83,333 events landed after the job (`bench --cold-at`, a fresh JVM a run, alternated):
+# the first query after start-up 21.7-23.8 -> 18.4-19.6 s, warm 18.2-20.8 -> 12.5-12.6 s.
 FOLDING_CONF: Final = {
     **FROM_SNAPSHOT_CONF,
     "spark.sql.codegen.wholeStage": "true",
