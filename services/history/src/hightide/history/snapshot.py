@@ -741,28 +741,14 @@ def rebuild_at(
             if later is not None:
                 found = _from_segment(spark, later, at_ms, topic, snapshot.boundary_ms)
             else:
-                rows, held = since()
-                with _settings(spark, FOLDING_CONF):
-                    events = _continued_events(rows, held, snapshot.boundary_ms).persist(StorageLevel.MEMORY_AND_DISK)
-                    checks = {
-                        "clock": _clock_went_back(rows, held),
-                        "order": _order_before(events, snapshot.boundary_ms),
-                    }
-                    found = _collected(events, topic, checks)
-                    events.unpersist()
+                found = _folded_since(spark, *since(), snapshot.boundary_ms, topic, checked=True)
             if not found.get("clock"):
                 abandoned_ids = frozenset(row.event_id for row in found["abandoned"])
                 order = found["order"][0] if found["order"] else None
                 if continuation_holds(snapshot, abandoned_ids, order):
                     served = later.name if later is not None else None
                     return _at(found, snapshot.hour, "", continuation=True, segment=served)
-                rows, held = since()
-                with _settings(spark, FOLDING_CONF):
-                    events = _continued_events(rows, held, snapshot.boundary_ms, whole=True).persist(
-                        StorageLevel.MEMORY_AND_DISK
-                    )
-                    found = _collected(events, topic, {})
-                    events.unpersist()
+                found = _folded_since(spark, *since(), snapshot.boundary_ms, topic, whole=True)
                 return _at(found, snapshot.hour, "", continuation=False)
         note = f"the snapshot at hour {snapshot.hour} is not used: a wall clock went back across it"
     parts = [p for hour, ps in by_hour.items() if hour <= last_hour for p in ps]
@@ -771,6 +757,28 @@ def rebuild_at(
     found = _collected(events, topic, {}, since_snapshot=False)
     events.unpersist()
     return _at(found, None, note, continuation=False)
+
+
+def _folded_since(
+    spark: SparkSession,
+    rows: DataFrame,
+    held: Snapshotted,
+    boundary_ms: int,
+    topic: str | None,
+    *,
+    whole: bool = False,
+    checked: bool = False,
+) -> dict[str, list[Row]]:
+    """`_collected` of the events since the snapshot ordered again (no segment serves, or its answer did not
+    stand), under `FOLDING_CONF`; with `checked`, the snapshot's two checks too (a wall clock gone back across the
+    boundary, the continuation's order); with `whole`, every controller-side event before it, not the continuation."""
+    with _settings(spark, FOLDING_CONF):
+        events = _continued_events(rows, held, boundary_ms, whole).persist(StorageLevel.MEMORY_AND_DISK)
+        checks = {"clock": _clock_went_back(rows, held), "order": _order_before(events, boundary_ms)} if checked else {}
+        try:
+            return _collected(events, topic, checks)
+        finally:
+            events.unpersist()
 
 
 def _from_segment(
