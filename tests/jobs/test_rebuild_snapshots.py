@@ -341,6 +341,58 @@ def test_the_events_since_a_snapshot_are_ordered_by_each_incarnations_first_even
     assert _rows(folded.replicas) == expected
 
 
+def _clashing_copy_story() -> list[Envelope]:
+    """Broker 1's replica opened in hour 0; in hour 1 incarnation "b" appends at 1:10 (log end 3) and at 1:20 gives
+    sequence 1 to a ProduceCompleted, archived first, and later to an append (log end 9): two events under one
+    sequence. The rebuild keeps the first archived, as the plain reader does: the log end stays 3."""
+    moved = _moved_start_story()
+    opened, appends = moved[0], moved[1].event
+    assert isinstance(appends, ev.RecordsAppended)
+    at = functools.partial(_at_minute, T0_MS)
+    completed = ev.ProduceCompleted(
+        topic=mh.T,
+        partition=0,
+        leader=1,
+        leader_epoch=1,
+        acks=-1,
+        base_offset=2,
+        last_offset=2,
+        high_watermark=0,
+        error="NONE",
+    )
+    clash = dataclasses.replace(appends, base_offset=8, last_offset=8, log_end_offset=9)
+    return [
+        opened,
+        Envelope("test", mh.broker(1, "b"), 0, at(1, 10), 0, appends),
+        Envelope("test", mh.broker(1, "b"), 1, at(1, 20), 0, completed),
+        Envelope("test", mh.broker(1, "b"), 1, at(1, 20), 0, clash),
+    ]
+
+
+def test_of_two_events_under_one_sequence_the_state_since_a_snapshot_keeps_the_first_archived(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Given an emitter that gave one sequence to an event no fold reads and then to an append, archived in that
+    order: from the tail and, with the tail gone, from the events since the snapshot, the append is dropped as the
+    full replay drops it, although only the folded types are ordered there."""
+    history = _clashing_copy_story()
+    lake = write_lake(history, tmp_path / "lake", events_per_message=1)  # each its own stream sequence, in order
+    assert count_events(lake) == len(history), "both events under the one sequence are in the lake"
+    write_snapshots(spark, lake)
+    hours = list(lake_files(lake))
+    at_ms = _at_minute(T0_MS, 1, 50)
+    expected = _replicas(rebuild([e for e in history if e.wall_ms <= at_ms]))
+    assert expected[(mh.T, 0, 1)][0] == 3
+    from_tail = rebuild_at(spark, lake, at_ms)
+    assert (from_tail.snapshot_hour, from_tail.segment) == (hours[1], "tail")
+    assert _rows(from_tail.replicas) == expected
+    shutil.rmtree(lake / SNAPSHOTS_DIR / "tail")
+    folded = rebuild_at(spark, lake, at_ms)
+    assert (folded.snapshot_hour, folded.segment) == (hours[1], None)
+    assert _rows(folded.replicas) == expected
+    assert _rows(rebuild_at(spark, lake, at_ms, use_snapshots=False).replicas) == expected
+
+
 def _at_minute(start: int, hour: int, minute: int) -> int:
     return start + hour * HOUR_MS + minute * 60_000
 

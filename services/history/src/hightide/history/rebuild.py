@@ -805,12 +805,7 @@ def final_replicas(replicas: DataFrame, epochs: DataFrame, scope: Scope = ()) ->
 
 
 def ordered(
-    lake_rows: DataFrame,
-    scope: Scope = (),
-    starts: DataFrame | None = None,
-    types: Sequence[str] | None = None,
-    *,
-    relative: bool = False,
+    lake_rows: DataFrame, scope: Scope = (), starts: DataFrame | None = None, types: Sequence[str] | None = None
 ) -> DataFrame:
     """`hightide.history.events.with_order` within each scope: duplicates dropped (the first archived copy, lowest
     stream sequence, is kept), `incarnation_start`, `position` and `event_id` added. `starts` (service, emitter_id,
@@ -818,9 +813,8 @@ def ordered(
     `types`, when given, keeps only the events of those types and only the columns the folds read (`FOLD_COLUMNS`):
     every event is still ordered (positions and the copies dropped are the same), but the rows are shuffled and
     sorted without the payloads of the other types, and what is kept is about half the lake (see `fold_events`).
-    With `relative` the other types' rows are dropped before the shuffle, so `position` numbers only the kept
-    events: their order is the same (the incarnation starts still come from every row), for a fold that reads the
-    order but never a position's value (the state at an instant from a snapshot: `snapshot.ordered_with_starts`).
+    The other types' rows are shuffled too (without their payloads): one of them may be the first archived copy of
+    an event whose later copy is of a kept type (two events given one sequence), which must then be dropped.
 
     One shuffle of the rows, by emitter: the incarnation starts are a small aggregate broadcast back to the rows, and
     in the emitter's order the copies of one event are neighbours, so a `lag` drops them and the same sorted
@@ -839,8 +833,7 @@ def ordered(
         seen = seen.join(known, ["service", "emitter_id", "incarnation"], "left")
         start = F.coalesce(F.col("_known_start"), start)
     started = seen.select(*incarnation_key, start.alias("incarnation_start"))
-    shuffled = lake_rows.where(kept) if relative and kept is not None else lake_rows
-    with_start = shuffled.join(F.broadcast(started), incarnation_key)
+    with_start = lake_rows.join(F.broadcast(started), incarnation_key)
     emitter = Window.partitionBy(*scope, "service", "emitter_id").orderBy(
         "incarnation_start", "incarnation", "sequence", "stream_sequence"
     )
@@ -854,14 +847,12 @@ def ordered(
     return positioned.withColumn("event_id", event_id_column())
 
 
-def fold_events(
-    lake_rows: DataFrame, scope: Scope = (), starts: DataFrame | None = None, *, relative: bool = False
-) -> DataFrame:
+def fold_events(lake_rows: DataFrame, scope: Scope = (), starts: DataFrame | None = None) -> DataFrame:
     """`ordered` narrowed to what the replica and partition folds read (`FOLD_TYPES`, `FOLD_COLUMNS`): the input of
     `timelines`, `rebuild_frames` and the state at an instant, which give the same rows from it as from every event
     (the positions are the same). At 1M generated events the folds read 54% of the events; ordering and caching
     only those, without the other columns, halves the ordering's cost."""
-    return ordered(lake_rows, scope, starts, FOLD_TYPES, relative=relative)
+    return ordered(lake_rows, scope, starts, FOLD_TYPES)
 
 
 def state_at(lake_rows: DataFrame, at_ms: int) -> tuple[DataFrame, DataFrame]:
