@@ -203,6 +203,23 @@ last 83,333 events landed after the job (250,000 since the snapshot, none served
 and this alternating, twice: 23.8 / 21.7 -> 18.4 / 19.6 s after start-up, warm 20.8 / 18.2 -> 12.6 / 12.5 s; the same
 answers at two instants on two lakes, and from snapshots the new job wrote at three 1M instants. The snapshot job at 1M
 (a fresh JVM, every snapshot written): 125.3 s base, 130.6 s this: no change to show.
+Later that day that ordering was undone: every type's rows are ordered again (those no fold reads without their
+payloads), because ordering only the folded types kept the later copy of an event whose first archived copy was of
+another type (two events under one sequence), which the full replay drops. On a faster machine (below) the same
+query took 6.6-7.6 s after start-up (warm 4.5-4.8) against 6.0-7.0 (4.1-4.7) with the folded types alone, five
+pairs alternating. Building each replica's array straight from the unordered rows, sorted by incarnation start and
+sequence, with copies found by a per-event aggregate, was tried there too: 6.9-7.5 s, no gain; not kept.
+The whole bench on that faster machine (2026-11-30, quiet, load 1-3; `--sizes 1000000,4000000,10000000`; Spark
+start-up 3.0 s): 1M rebuild 12.7 s (39.3k events/s per core), audit 55.9 s (8.9k), snapshots 35.2 s, `rebuild --at`
+2.2 s after start-up (warm 0.9), at the last full hour's end 2.8 s (1.3); 4M 23.5 s (85.2k, cost per event x0.46 of
+1M's), 120.5 s (16.6k, x0.54), 138.0 s (x0.98), 2.3 / 2.8 s; 10M 54.0 s (92.7k, x0.42), 251.3 s (19.9k, x0.45),
+434.2 s (x1.23), 2.3 / 2.8 s. `rebuild --at` from a snapshot is under the 10 s goal at every size and instant,
+the current hour of a live cluster included (above); growth is linear or better; the rebuild is 2.2x off 200,000
+events/s per core at 10M and the audit 10-22x. The audit at 1M in a fresh JVM (`run_audit`, a Spark event log): 179
+jobs, 42.7 s of executor CPU, 134-144 s of the driver JVM's CPU in 68-73 s: most of the JVM's work is outside the
+tasks (planning, code generation, compilation, collection). With the client compiler only and the parallel
+collector the JVM's CPU fell to 114 s and the wall stayed 71 s (two runs each, alternating): the driver's serial
+work per job bounds it.
 """
 
 from __future__ import annotations
