@@ -291,6 +291,21 @@ def _moved_start_story() -> list[Envelope]:
     ]
 
 
+def _produce_completed(offset: int) -> ev.ProduceCompleted:
+    """An event of broker 1's about the partition that no fold reads."""
+    return ev.ProduceCompleted(
+        topic=mh.T,
+        partition=0,
+        leader=1,
+        leader_epoch=1,
+        acks=-1,
+        base_offset=offset,
+        last_offset=offset,
+        high_watermark=0,
+        error="NONE",
+    )
+
+
 def _late_fold_start_story() -> list[Envelope]:
     """Broker 1's replica opened in hour 0; in hour 1 incarnation "b" starts at 1:10 with an event no fold reads (a
     ProduceCompleted) and appends at 1:40 (log end 5), and "c" starts at 1:20 and appends then (log end 7). By their
@@ -299,39 +314,24 @@ def _late_fold_start_story() -> list[Envelope]:
     moved = _moved_start_story()
     opened, b_appends, c_appends = moved[0], moved[1].event, moved[3].event
     at = functools.partial(_at_minute, T0_MS)
-    completed = ev.ProduceCompleted(
-        topic=mh.T,
-        partition=0,
-        leader=1,
-        leader_epoch=1,
-        acks=-1,
-        base_offset=0,
-        last_offset=0,
-        high_watermark=0,
-        error="NONE",
-    )
     return [
         opened,
-        Envelope("test", mh.broker(1, "b"), 0, at(1, 10), 0, completed),
+        Envelope("test", mh.broker(1, "b"), 0, at(1, 10), 0, _produce_completed(0)),
         Envelope("test", mh.broker(1, "b"), 1, at(1, 40), 0, b_appends),
         Envelope("test", mh.broker(1, "c"), 0, at(1, 20), 0, c_appends),
     ]
 
 
-def test_the_events_since_a_snapshot_are_ordered_by_each_incarnations_first_event_of_any_type(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    """From a snapshot only the folded types' events are ordered (`ordered`'s `relative`), but an incarnation still
-    starts at its first event of any type, as the plain rebuild orders them: from the tail and, with the tail gone
-    (a batch landed since the job ran), from the events since the snapshot, the state is the full replay's."""
-    history = _late_fold_start_story()
-    lake = write_lake(history, tmp_path / "lake")
+def _replayed_from_the_tail_and_without_it(
+    spark: SparkSession, history: list[Envelope], lake: Path, at_ms: int
+) -> tuple[tuple[int, int, int, tuple[tuple[int, int], ...]], ...]:
+    """Snapshots written for `lake` (which holds `history`): the replicas' states at `at_ms` from the tail, and with
+    the tail gone (a batch landed since the job ran) from the events since the snapshot, must both be the full
+    replay's; returns the full replay's states, sorted by replica."""
     assert count_events(lake) == len(history), "every event is in the lake (none quarantined)"
     write_snapshots(spark, lake)
     hours = list(lake_files(lake))
-    at_ms = _at_minute(T0_MS, 1, 50)
     expected = _replicas(rebuild([e for e in history if e.wall_ms <= at_ms]))
-    assert expected[(mh.T, 0, 1)][0] == 7
     from_tail = rebuild_at(spark, lake, at_ms)
     assert (from_tail.snapshot_hour, from_tail.segment) == (hours[1], "tail")
     assert _rows(from_tail.replicas) == expected
@@ -339,6 +339,19 @@ def test_the_events_since_a_snapshot_are_ordered_by_each_incarnations_first_even
     folded = rebuild_at(spark, lake, at_ms)
     assert (folded.snapshot_hour, folded.segment) == (hours[1], None)
     assert _rows(folded.replicas) == expected
+    return tuple(expected[key] for key in sorted(expected))
+
+
+def test_the_events_since_a_snapshot_are_ordered_by_each_incarnations_first_event_of_any_type(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """From a snapshot an incarnation starts at its first event of any type, as the plain rebuild orders them (not
+    at its first event of a type a fold reads): from the tail and from the events since the snapshot, the state is
+    the full replay's."""
+    history = _late_fold_start_story()
+    lake = write_lake(history, tmp_path / "lake")
+    replayed = _replayed_from_the_tail_and_without_it(spark, history, lake, _at_minute(T0_MS, 1, 50))
+    assert [state[0] for state in replayed] == [7]
 
 
 def _clashing_copy_story() -> list[Envelope]:
@@ -349,22 +362,11 @@ def _clashing_copy_story() -> list[Envelope]:
     opened, appends = moved[0], moved[1].event
     assert isinstance(appends, ev.RecordsAppended)
     at = functools.partial(_at_minute, T0_MS)
-    completed = ev.ProduceCompleted(
-        topic=mh.T,
-        partition=0,
-        leader=1,
-        leader_epoch=1,
-        acks=-1,
-        base_offset=2,
-        last_offset=2,
-        high_watermark=0,
-        error="NONE",
-    )
     clash = dataclasses.replace(appends, base_offset=8, last_offset=8, log_end_offset=9)
     return [
         opened,
         Envelope("test", mh.broker(1, "b"), 0, at(1, 10), 0, appends),
-        Envelope("test", mh.broker(1, "b"), 1, at(1, 20), 0, completed),
+        Envelope("test", mh.broker(1, "b"), 1, at(1, 20), 0, _produce_completed(2)),
         Envelope("test", mh.broker(1, "b"), 1, at(1, 20), 0, clash),
     ]
 
@@ -373,24 +375,15 @@ def test_of_two_events_under_one_sequence_the_state_since_a_snapshot_keeps_the_f
     spark: SparkSession, tmp_path: Path
 ) -> None:
     """Given an emitter that gave one sequence to an event no fold reads and then to an append, archived in that
-    order: from the tail and, with the tail gone, from the events since the snapshot, the append is dropped as the
-    full replay drops it, although only the folded types are ordered there."""
+    order: from the tail, from the events since the snapshot and from the whole history, the append is dropped as
+    the full replay drops it (the events of every type are ordered, those no fold reads too)."""
     history = _clashing_copy_story()
     lake = write_lake(history, tmp_path / "lake", events_per_message=1)  # each its own stream sequence, in order
-    assert count_events(lake) == len(history), "both events under the one sequence are in the lake"
-    write_snapshots(spark, lake)
-    hours = list(lake_files(lake))
     at_ms = _at_minute(T0_MS, 1, 50)
-    expected = _replicas(rebuild([e for e in history if e.wall_ms <= at_ms]))
-    assert expected[(mh.T, 0, 1)][0] == 3
-    from_tail = rebuild_at(spark, lake, at_ms)
-    assert (from_tail.snapshot_hour, from_tail.segment) == (hours[1], "tail")
-    assert _rows(from_tail.replicas) == expected
-    shutil.rmtree(lake / SNAPSHOTS_DIR / "tail")
-    folded = rebuild_at(spark, lake, at_ms)
-    assert (folded.snapshot_hour, folded.segment) == (hours[1], None)
-    assert _rows(folded.replicas) == expected
-    assert _rows(rebuild_at(spark, lake, at_ms, use_snapshots=False).replicas) == expected
+    replayed = _replayed_from_the_tail_and_without_it(spark, history, lake, at_ms)
+    assert [state[0] for state in replayed] == [3]
+    whole = _rows(rebuild_at(spark, lake, at_ms, use_snapshots=False).replicas)
+    assert tuple(whole[key] for key in sorted(whole)) == replayed
 
 
 def _at_minute(start: int, hour: int, minute: int) -> int:
