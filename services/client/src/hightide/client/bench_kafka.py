@@ -273,13 +273,13 @@ latency run 0.7-1.25 s against 2.3 s), quiet (load 0-2), `hightide bench --workl
 100 B 283k / 261k / 271k records/s against the own client's 262k / 275k / 262k; 16 KiB 85.6 / 82.4 / 78.9 MB/s against
 143.6 / 145.5 / 141.2; p50 6.6 / 7.0 / 7.1 ms, p99 11.3 / 12.0 / 15.0 ms (the own client's p99 11.7 / 13.8 / 13.4). A
 harness (not committed) that runs only the latency run, three times per cluster, on a fresh cluster with the offsets
-topic in place: in eleven such batches over an hour, the same code, p99 8.4-16.0 ms (p50 5.3-7.2), 10 of the 33 runs
-under 10 ms, the first batch all three (9.9 / 8.4 / 9.6). The records over 10 ms come in bursts about a second apart.
-The archiver (one parquet write a second, ~90 ms of CPU each) at nice 10: 9.5-14.8 ms; stopped (SIGSTOP) for the runs:
-9.7-13.4 ms, median 9.9, against a median of 10.6 for the batches beside them: no single stall makes the tail; it is the
-cluster's CPU on two cores (per 5-s run each broker 0.7-1.25 s, nats-server and the archiver about 0.45 s each, the
-client 0.45 s). So on this machine the goal is met in some runs and missed by up to 50% in others, and the benchmark's
-own run (after 2 x 160 MB of throughput runs on the same cluster) is at the worse end.
+topic in place: in eleven such batches in twenty minutes, the same code, p99 8.4-16.0 ms (p50 5.3-7.2), 10 of the 33
+runs under 10 ms, the first batch all three (9.9 / 8.4 / 9.6). The records over 10 ms come in bursts about a second
+apart. The archiver (one parquet write a second, ~90 ms of CPU each) at nice 10: 9.5-14.8 ms; stopped (SIGSTOP) for the
+runs: 9.7-13.4 ms, median 9.9, against a median of 10.6 for the batches beside them: no single stall makes the tail; it
+is the cluster's CPU on two cores (per 5-s run each broker 0.7-1.25 s, nats-server and the archiver about 0.45 s each,
+the client 0.45 s). So on this machine the goal is met in some runs and missed by up to 50% in others, and the
+benchmark's own run (after 2 x 160 MB of throughput runs on the same cluster) is at the worse end.
 At 16 KiB (a harness: 10,000-40,000 records, librdkafka's statistics, /proc CPU, each broker's Produce read and answer
 times, py-spy on the brokers): librdkafka sends one partition's batch per Produce (~0.97 MB) and keeps one in flight per
 partition (idempotence, as above). Its sticky partitioner (keyless records stay on a partition for
