@@ -665,11 +665,7 @@ FROM_SNAPSHOT_CONF: Final = {
 
 # Where no segment serves (an instant after a batch that landed since the job last ran: a live cluster's current
 # hour), the query orders and folds every event since the snapshot, up to an hour of them (250,000 in the 1M bench
-# lake), and there generated code pays for its compiling: on the 1M lake's last hour cut at :40 with its last 83,333
-# events landed after the job (`bench --cold-at`, a fresh JVM a run, alternated), with the folded types alone
-# ordered, the first query after start-up 21.7-23.8 -> 18.4-19.6 s, warm 18.2-20.8 -> 12.5-12.6 s (2026-11-30; the
-# ordering of every type again, which two events under one sequence need: ~0.5 s more on a machine where that query
-# takes 6-7 s).
+# lake), and there generated code pays for its compiling (`bench`'s docstring has the figures).
 FOLDING_CONF: Final = {
     **FROM_SNAPSHOT_CONF,
     "spark.sql.codegen.wholeStage": "true",
