@@ -293,6 +293,35 @@ client's wait takes as much CPU as the brokers it waits on. In the brokers, 32-4
 send of nats-py's flusher (each leader publishes a partition's ~1 MB once per follower; on loopback the send also runs
 the receiving side of TCP), the appends' writev 3-6%. What is left for this figure: fewer copies of a follower's answer
 on its way to NATS, or fewer sends of it.
+
+Tenth pass (2026-11-30; the benchmark, not the broker). librdkafka's debug log (`debug=protocol,eos`) of the
+throughput producer showed its first Produce leave 0.52 s after the first `produce` call: the bootstrap's ApiVersions
+and Metadata answered in 14 ms, then its idempotence state machine found no broker connection up ("No brokers
+available for Idempotent producer", "Coordinator not up") and waited out a 500 ms timer before InitProducerId, though
+a connection was up 40 ms later. The own client acquires its producer id in `Producer.__aenter__`, before its clock
+starts, so confluent-kafka's window held half a second the own client's did not: at 16 KiB the first delivery report
+came 0.61 s into a 1.84 s run. Both windows now open on a producer ready to send (`kafka_throughput` delivers one
+warm-up record first). A harness running pairs (own client, then confluent-kafka, 10,000 records of 16 KiB each;
+/work/prof/s33/both16.py, not committed): before, two pairs on one cluster, 150.3 / 166.5 against 95.9 / 79.8 MB/s
+(and, a fresh cluster per pair, 136.5-151.6 against 107.1-112.4 at 20,000 records, where the half second weighs
+less); after, a fresh cluster per pair, 141.3 / 141.0 / 144.6 against 134.9 / 127.1 / 134.5 MB/s.
+`hightide bench --workload kafka`, three runs: confluent-kafka 100 B 348.8k
+/ 372.6k / 360.5k records/s against the own client's 264.0k / 269.0k / 285.6k (261-283k before, beside 262-275k);
+16 KiB 118.2 / 138.2 / 130.1 MB/s against 137.5 / 147.1 / 163.1; p50 6.66 / 5.93 / 6.31 ms, p99 11.47 / 9.83 / 10.12
+ms (the own client's p99 15.06 / 9.64 / 13.65). What is left at 16 KiB is the client's: its sticky partitioner gives
+10 ms runs of records to one partition, so 10,000 records queued in 0.1 s land unevenly (in two runs 446-3,124 and
+1,067-4,340 records per partition, a sixth partition sometimes none), and with one ~1 MB Produce in flight per
+partition the fullest partition's round trips, one after another, end the run (the last 10% of the deliveries took
+0.12-0.18 s). Longer runs were no steadier here, for a reason in the machine rather than in either client or the
+brokers: a plain loop of 1 MiB `write`s to a new file ran at 5.9 GB/s (0.17 ms of CPU per MB) for about the first
+1 GB, then at 0.39-0.46 GB/s (2.2-2.6 ms of CPU per MB), with the page cache's dirty pages near zero throughout (the
+cause is not established); deleting the file made the next gigabyte fast again. A cluster that keeps what it was sent
+meets the same: three rounds of 20,000 records per client (own, then confluent-kafka) on one cluster took the brokers
+0.72-0.81, 0.69-1.08, then 1.22-1.67 s of CPU each per run, py-spy putting a broker's `DiskIO.writev` at 3% of its
+samples in the first round and 28% in the third, and the figures fell: 152.9 / 121.9, 160.6 / 92.2, 110.6 / 66.6
+MB/s. (Four rounds of 20,000 by confluent-kafka alone, 1 GB of appends a round, stayed at 135-150 MB/s with the
+brokers' CPU flat, so the threshold is not simply the data written.) In `hightide bench` the confluent-kafka runs
+come after the own client's, so where this threshold is near they bear more of it.
 """
 
 from __future__ import annotations
