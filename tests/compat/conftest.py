@@ -19,6 +19,7 @@ CONFIG = [
     "broker.heartbeat.interval.ms=300",
     "replica.lag.time.max.ms=1000",
     "replica.fetch.backoff.ms=200",
+    "file.delete.delay.ms=1000",  # a deleted topic's files are removed this long after (Kafka's default: 60 s)
 ]
 
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 RECORDS = 500
 
 
-def test_admin_client_topics(bootstrap: str) -> None:
+def test_admin_client_topics(cluster: LocalCluster, bootstrap: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic("ck-admin", num_partitions=2, replication_factor=3)])
     assert futures["ck-admin"].result(timeout=30) is None
@@ -43,6 +43,14 @@ def test_admin_client_topics(bootstrap: str) -> None:
     assert sorted(metadata.topics["ck-admin"].partitions) == [0, 1]
     assert admin.delete_topics(["ck-admin"])["ck-admin"].result(timeout=30) is None
     wait_for(lambda: "ck-admin" not in admin.list_topics(timeout=15).topics, 30, "the topic gone")
+
+    # Each broker renamed the partitions' dirs `...-delete` and removes their files file.delete.delay.ms later (1 s
+    # on this cluster), as Kafka's LogManager does: the disk space comes back without a restart.
+    def on_disk() -> list[str]:
+        dirs = [cluster.data_dir / f"broker-{broker}" for broker in (1, 2, 3)]
+        return [path.name for log_dir in dirs for path in log_dir.iterdir() if path.name.startswith("ck-admin-")]
+
+    wait_for(lambda: not on_disk(), 30, "the deleted topic's files gone from every broker's disk")
 
 
 def test_idempotent_acks_all_then_assigned_consume(cluster: LocalCluster, bootstrap: str) -> None:

@@ -17,7 +17,7 @@ from hightide.protocol.errors import ErrorCode
 from hightide.storage.checkpoint import TopicPartition
 from hightide.storage.config import LogConfig
 from hightide.storage.errors import StorageError
-from hightide.storage.manager import LogManager
+from hightide.storage.manager import LogManager, remove_log_dirs
 from support.logs import batch
 
 TOPIC_ID = "kY6UUBDqSwqvGcP5uXA0Bw"
@@ -90,19 +90,46 @@ def test_a_checkpointed_log_start_offset_survives_a_restart(tmp_path: Path) -> N
     assert reopened.logs[ORDERS_0].log_start_offset == 5
 
 
-def test_deleting_a_partition_renames_it_with_a_delete_suffix_then_removes_it(tmp_path: Path) -> None:
+def test_deleting_a_partition_renames_it_with_a_delete_suffix_then_removes_it_after_the_delay(tmp_path: Path) -> None:
+    """Kafka's LogManager: the dir is renamed at once and its files removed file.delete.delay.ms (default 60 s)
+    after the deletion, by a periodic task; until then a read holding its files can finish."""
     manager = _filled(tmp_path)
-    doomed = manager.delete_log(ORDERS_1)
+    doomed = manager.delete_log(ORDERS_1, now=WallMs(1_000))
     assert not (tmp_path / "orders-1").exists()
     assert doomed.parent == tmp_path and doomed.name.startswith("orders-1.") and doomed.name.endswith("-delete")
     assert doomed.is_dir() and manager.get_log(ORDERS_1) is None
-    assert manager.remove_deleted_logs() == [doomed]
+    assert manager.deleted_logs_due(WallMs(60_999)) == []
+    assert manager.deleted_logs_due(WallMs(61_000)) == [doomed]
+    assert manager.deleted_logs_due(WallMs(61_000)) == []  # handed over once
+    assert doomed.is_dir()  # removing is the caller's, on whatever thread it likes
+    assert remove_log_dirs([doomed]) == []
+    assert not doomed.exists() and (tmp_path / "orders-0").is_dir()
+
+
+def test_the_delay_is_the_log_dirs_default_config_and_each_deletion_waits_its_own(tmp_path: Path) -> None:
+    manager = LogManager.open(tmp_path, LogConfig(file_delete_delay_ms=500), now=WallMs(0))
+    for tp in (ORDERS_0, ORDERS_1):
+        manager.get_or_create_log(tp, now=WallMs(0))
+    first = manager.delete_log(ORDERS_0, now=WallMs(100))
+    second = manager.delete_log(ORDERS_1, now=WallMs(400))
+    assert manager.deleted_logs_due(WallMs(599)) == []
+    assert manager.deleted_logs_due(WallMs(600)) == [first]
+    assert manager.deleted_logs_due(WallMs(899)) == []
+    assert manager.deleted_logs_due(WallMs(900)) == [second]
+
+
+def test_a_dir_that_cannot_be_removed_is_reported_and_the_others_are_still_removed(tmp_path: Path) -> None:
+    manager = _filled(tmp_path)
+    doomed = manager.delete_log(ORDERS_1, now=WallMs(0))
+    missing = tmp_path / "orders-7.0123-delete"
+    failed = remove_log_dirs([missing, doomed])
+    assert [path for path, _ in failed] == [missing] and "No such file" in failed[0][1]
     assert not doomed.exists()
 
 
 def test_a_deletion_interrupted_by_a_crash_is_finished_at_the_next_start(tmp_path: Path) -> None:
     manager = _filled(tmp_path)
-    doomed = manager.delete_log(ORDERS_1)
+    doomed = manager.delete_log(ORDERS_1, now=WallMs(0))
     manager.abandon()
     reopened = LogManager.open(tmp_path, LogConfig(), now=WallMs(0))
     assert not doomed.exists() and set(reopened.logs) == {ORDERS_0}
@@ -206,7 +233,7 @@ def test_a_log_of_another_incarnation_of_its_topic_is_refused_and_left_as_it_is(
         log.assign_topic_id(RECREATED_TOPIC_ID)
     assert assigned.value.error_code is ErrorCode.INCONSISTENT_TOPIC_ID
     # What the owner does instead: delete the old log and create the new incarnation's.
-    reopened.delete_log(ORDERS_0)
+    reopened.delete_log(ORDERS_0, now=WallMs(0))
     fresh = reopened.get_or_create_log(ORDERS_0, now=WallMs(0), topic_id=RECREATED_TOPIC_ID)
     assert (fresh.topic_id, fresh.log_end_offset) == (RECREATED_TOPIC_ID, 0)
 

@@ -24,6 +24,12 @@ A dir that predates the file (it already holds partition logs) is given an id to
 
 A log that a disk failure took offline (`PartitionLog.offline`) stays in `logs` so its owner can report it, but
 periodic work skips it, and a shutdown with an offline log writes no marker: its files need recovery.
+
+A deleted partition's dir is renamed `...-delete` at once and removed `file.delete.delay.ms` later (the dir's
+default config's, as Kafka's LogManager uses its broker-wide value for whole logs), so a read still holding its
+files finishes first: `deleted_logs_due` hands the owner the dirs whose delay has passed, and `remove_log_dirs`
+removes them, off the owner's task if it likes (Kafka's `kafka-delete-logs` scheduler task). A dir still waiting
+when the process ends is removed at the next open (`remove_deleted_logs`), without waiting again.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -71,6 +77,19 @@ def validate_topic_name(topic: str) -> None:
         raise StorageError(f"illegal topic name {topic!r}", ErrorCode.INVALID_TOPIC_EXCEPTION)
 
 
+def remove_log_dirs(paths: Sequence[Path]) -> list[tuple[Path, str]]:
+    """Remove each dir (the deleted logs `LogManager.deleted_logs_due` hands over; no manager state is touched,
+    so a thread may do it); the ones that could not be removed, each with why. Like Kafka's, a failure is reported
+    and not retried: the dir is removed at the next open."""
+    failed = []
+    for path in paths:
+        try:
+            shutil.rmtree(path)
+        except OSError as error:
+            failed.append((path, error.strerror or str(error)))
+    return failed
+
+
 def partition_dir_name(tp: TopicPartition) -> str:
     return f"{tp.topic}-{tp.partition}"
 
@@ -103,6 +122,7 @@ class LogManager:
         self._log_start_offsets = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT)
         self._high_watermarks = OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT)
         self._cleaner_offsets = OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT)
+        self._deleted: list[tuple[Path, WallMs]] = []  # renamed `...-delete` dirs, each with when it was deleted
 
     @classmethod
     def open(
@@ -227,9 +247,9 @@ class LogManager:
         self.logs[tp] = log
         return log
 
-    def delete_log(self, tp: TopicPartition) -> Path:
-        """Stop serving the partition and rename its dir `<topic>-<partition>.<uuid>-delete`; the files are
-        removed later by `remove_deleted_logs` (Kafka waits `file.delete.delay.ms` so readers finish)."""
+    def delete_log(self, tp: TopicPartition, now: WallMs) -> Path:
+        """Stop serving the partition and rename its dir `<topic>-<partition>.<uuid>-delete`; its files are removed
+        once `file.delete.delay.ms` has passed since `now` (`deleted_logs_due`), so readers finish first."""
         log = self.logs.pop(tp, None)
         if log is None:
             raise StorageError(f"no log for {tp}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -237,9 +257,20 @@ class LogManager:
         doomed = self.log_dir / f"{partition_dir_name(tp)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         os.replace(log.directory, doomed)
         fsync_directory(self.log_dir)
+        self._deleted.append((doomed, now))
         return doomed
 
+    def deleted_logs_due(self, now: WallMs) -> list[Path]:
+        """The dirs of deleted logs whose `file.delete.delay.ms` (the dir's default config's) has passed by `now`,
+        handed over for `remove_log_dirs` and forgotten here; the others wait for a later call."""
+        delay = self.default_config.file_delete_delay_ms
+        due = [path for path, deleted_at in self._deleted if deleted_at + delay <= now]
+        if due:
+            self._deleted = [(path, deleted_at) for path, deleted_at in self._deleted if deleted_at + delay > now]
+        return due
+
     def remove_deleted_logs(self) -> list[Path]:
+        """Remove every `...-delete` dir in the log dir now (at open: a deletion the last process did not finish)."""
         removed = []
         for path in sorted(self.log_dir.iterdir()):
             if path.is_dir() and path.name.endswith(DELETE_DIR_SUFFIX):

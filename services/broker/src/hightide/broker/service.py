@@ -98,6 +98,7 @@ from hightide.storage.checkpoint import TopicPartition
 from hightide.storage.cleaner import CleaningJob
 from hightide.storage.config import LogConfig
 from hightide.storage.errors import StorageError
+from hightide.storage.manager import remove_log_dirs
 
 TICK_INTERVAL_S: Final = 0.05
 RESPONSE_OVERHEAD_BYTES: Final = 64 * 1024
@@ -458,6 +459,7 @@ class BrokerService:
                 assert kind == "tick", kind
                 effects = self.manager.tick(at)
                 self.storage.flush_due(at.wall_ms)
+                self._remove_deleted_logs(at)
                 self._maybe_start_cleaning(at)
             self._carry_out(effects, at)
             self._groups_after_input(at, tick=kind == "tick", leadership=kind in ("metadata", "registered"))
@@ -705,6 +707,22 @@ class BrokerService:
 
         carry_out(self.manager, [CheckpointHighWatermarks()], at, storage=refuse, deliver=self._deliver_one)
         return []
+
+    def _remove_deleted_logs(self, at: Now) -> None:
+        """The dirs of deleted partitions whose file.delete.delay.ms has passed, removed on a thread, as Kafka's
+        kafka-delete-logs task removes them beside its request threads: a large log's files take the file system a
+        while to free, and nothing on the driving task reads them any more."""
+        due = self.storage.deleted_logs_due(at.wall_ms)
+        if due:
+            self._spawn(self._remove_on_thread(due))
+
+    async def _remove_on_thread(self, paths: list[Path]) -> None:
+        failed = dict(await asyncio.to_thread(remove_log_dirs, paths))
+        for path in paths:
+            if path in failed:  # left for the next start, which removes every `-delete` dir it finds
+                self.log.warning("deleted_log_not_removed", path=str(path), error=failed[path])
+            else:
+                self.log.info("deleted_log_removed", path=str(path))
 
     # -- the log cleaner (issue 13) -------------------------------------------------------------------------------
 

@@ -132,7 +132,7 @@ class DiskStorage:
                 # A new log records its topic id first; one written before topic ids were stored is given it.
                 self._manager().get_or_create_log(key, now_ms, self.log_config(configs), topic_id=topic_id)
             case DeleteLog():
-                self._manager().delete_log(checkpoint.TopicPartition(tp.topic, tp.partition))
+                self._manager().delete_log(checkpoint.TopicPartition(tp.topic, tp.partition), now_ms)
             case UpdateLogConfig(configs=configs):
                 self._log(tp).update_config(self.log_config(configs))
             case AppendAsLeader(records=records, base_offset=base, leader_epoch=epoch, headers=headers):
@@ -200,6 +200,10 @@ class DiskStorage:
 
     def flush_due(self, now_ms: WallMs) -> None:
         self._manager().flush_due_logs(now_ms)
+
+    def deleted_logs_due(self, now_ms: WallMs) -> list[Path]:
+        """The dirs of deleted partitions now due for removal (`LogManager.deleted_logs_due`)."""
+        return self._manager().deleted_logs_due(now_ms)
 
     # -- log compaction (issue 13) ------------------------------------------------------------------------------
 
