@@ -305,10 +305,10 @@ warm-up record first). A harness running pairs (own client, then confluent-kafka
 /work/prof/s33/both16.py, not committed): before, two pairs on one cluster, 150.3 / 166.5 against 95.9 / 79.8 MB/s
 (and, a fresh cluster per pair, 136.5-151.6 against 107.1-112.4 at 20,000 records, where the half second weighs
 less); after, a fresh cluster per pair, 141.3 / 141.0 / 144.6 against 134.9 / 127.1 / 134.5 MB/s.
-`hightide bench --workload kafka`, three runs: confluent-kafka 100 B 348.8k
-/ 372.6k / 360.5k records/s against the own client's 264.0k / 269.0k / 285.6k (261-283k before, beside 262-275k);
-16 KiB 118.2 / 138.2 / 130.1 MB/s against 137.5 / 147.1 / 163.1; p50 6.66 / 5.93 / 6.31 ms, p99 11.47 / 9.83 / 10.12
-ms (the own client's p99 15.06 / 9.64 / 13.65). What is left at 16 KiB is the client's: its sticky partitioner gives
+`hightide bench --workload kafka`, three runs: confluent-kafka 100 B 348.8k / 372.6k / 360.5k records/s against the
+own client's 264.0k / 269.0k / 285.6k (261-283k before, beside 262-275k); 16 KiB 118.2 / 138.2 / 130.1 MB/s against
+137.5 / 147.1 / 163.1; p50 6.66 / 5.93 / 6.31 ms, p99 11.47 / 9.83 / 10.12 ms (the own client's p99 15.06 / 9.64 /
+13.65). What is left at 16 KiB is the client's: its sticky partitioner gives
 10 ms runs of records to one partition, so 10,000 records queued in 0.1 s land unevenly (in two runs 446-3,124 and
 1,067-4,340 records per partition, a sixth partition sometimes none), and with one ~1 MB Produce in flight per
 partition the fullest partition's round trips, one after another, end the run (the last 10% of the deliveries took
