@@ -224,6 +224,14 @@ window frames, JSON parsing) and 14% the driver's planning thread; the optimisin
 after the task threads (133 compilations, 24.7 s of compiling); 145 collections paused 2.1 s in all, the heap used up
 to 4.0 GiB of its 4. Tried and not kept: constraint propagation off (`spark.sql.constraintPropagation.enabled`),
 60.6 / 61.3 s against 57.4 / 63.0.
+The audit at 4M (2026-11-30, the same machine, a Spark event log): 137.7 s, 184 jobs, 122.2 s of executor CPU, of
+which the first job over the lake (`read_lake` and `audit.prepare`: copies found, windows, sorted by type, cached)
+took 35.9 s and spilled 2.95 GB (428 MB to disk); with an 8 GiB heap that job alone spilled 2 MB to disk but took
+29.8 s against 33.2. Tried and not kept: ordering the lake as `rebuild.ordered` does (incarnation starts broadcast,
+one sort by emitter order, copies found with `lag`, `clashing` from a running count of neighbouring copies that
+differ), which gave `with_order`'s ids, positions and flags on the 1M lake but took 42.3 / 46.0 s at 4M against
+32.7 / 35.7 (read, order, sort by type, cache): each window pass over a whole emitter buffers all of its rows, and
+the two passes it adds cost more than the sort it saves.
 """
 
 from __future__ import annotations
