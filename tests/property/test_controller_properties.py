@@ -66,6 +66,9 @@ class ControllerMachine(RuleBasedStateMachine):
         self.incarnation = 0
         self.topic_ids = 0
         self.last_epoch = -1
+        # partitions whose cancelled reassignment left the first original replica as the ISR, eligible or not
+        # (Kafka's PartitionReassignmentRevert), with the partition epoch the cancellation left
+        self.unclean_reverts: dict[TopicPartition, int] = {}
 
     @initialize(
         elr=st.booleans(),
@@ -515,6 +518,8 @@ class ControllerMachine(RuleBasedStateMachine):
         assert before is not None and after is not None
         if target is None:
             assert not after.reassigning and set(after.replicas) == set(before.original_replicas)
+            if all(r in before.adding_replicas for r in before.isr):
+                self.unclean_reverts[tp] = after.partition_epoch
         else:
             assert after.target_replicas == tuple(target)
 
@@ -529,7 +534,7 @@ class ControllerMachine(RuleBasedStateMachine):
 
     @invariant()
     def image_is_sound(self) -> None:
-        violations = image_violations(self.control.image, self.control.config)
+        violations = image_violations(self.control.image, self.control.config, unclean_reverts=self.unclean_reverts)
         assert violations == [], violations
 
     @invariant()

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from hightide.core.controller import OngoingReassignment, PartitionReassignmentReply
-from hightide.core.metadata_image import MetadataImage, PartitionRegistration
+from hightide.core.controller import OngoingReassignment, PartitionReassignmentReply, image_violations
+from hightide.core.metadata_image import MetadataImage, PartitionRegistration, TopicPartition
 from hightide.core.partition_change import Assignment, change_violations, complete_reassignment, partition_violations
 from hightide.protocol import events
 from hightide.protocol.errors import ErrorCode
@@ -335,3 +335,34 @@ def test_a_replica_count_change_of_partition_0_refreshes_the_topics_elrs() -> No
     assert c.partition("a", 0).replicas == (2,)
     assert [c.partition("a", p).elr for p in range(3)] == [(), (), ()]
     assert {e.reason for e in c.events_of(events.PartitionChanged)[-3:]} == {"reassignment"}
+
+
+def test_an_unclean_revert_makes_the_first_original_replica_the_isr_eligible_or_not() -> None:
+    """PartitionReassignmentRevert: when no ISR member is an original replica (here the ISR is empty: its only
+    replica, 0, shut down with ELR on), the cancellation makes the first original replica the ISR, and the builder
+    writes it as it is, although broker 0 is in controlled shutdown and cannot lead. `image_violations` accepts
+    that ISR until the partition's next change, and only when told of the revert; broker 0's shutdown then takes
+    it out again (handleBrokerShutdown), to its ELR. (Found by the controller state machine.)"""
+    c = cluster(0, 1, min_insync_replicas=1, unclean_leader_election_enable=True)
+    c.create("a", [[0]])
+    c.shut_down(0)
+    assert (c.partition("a").isr, c.partition("a").elr, c.partition("a").leader) == ((), (0,), -1)
+    assert errors(reassign(c, ("a", 0, [1]))) == [(ErrorCode.NONE, "")]
+    assert (c.partition("a").replicas, c.partition("a").adding_replicas) == ((1, 0), (1,))
+    cancel = c.control.alter_partition_reassignments([("a", 0, None)])
+    c.control.apply(cancel.records)  # not `commit`: its check is told of no revert
+    reverted = c.partition("a")
+    assert errors(cancel.response) == [(ErrorCode.NONE, "")]
+    assert (reverted.replicas, reverted.isr, reverted.elr, reverted.leader) == ((0,), (0,), (), -1)
+    tp = TopicPartition("a", 0)
+    assert image_violations(c.image, c.control.config) == ["a-0: ISR (0,) holds inactive brokers [0]"]
+    assert image_violations(c.image, c.control.config, unclean_reverts={tp: reverted.partition_epoch}) == []
+    c.now_ms += 1
+    c.control.apply(c.control.heartbeat(1, c.epochs[1], c.now_ms).records)
+    done = c.control.heartbeat(0, c.epochs[0], c.now_ms, want_shutdown=True, metadata_offset=len(c.records))
+    c.control.apply(done.records)
+    assert done.response.should_shut_down
+    after = c.partition("a")
+    assert (after.isr, after.elr, after.leader) == ((), (0,), -1)
+    assert after.partition_epoch > reverted.partition_epoch
+    assert image_violations(c.image, c.control.config, unclean_reverts={tp: reverted.partition_epoch}) == []

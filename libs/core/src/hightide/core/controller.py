@@ -164,12 +164,21 @@ R = TypeVar("R")
 # -- invariants ------------------------------------------------------------------------------------------------
 
 
-def image_violations(image: MetadataImage, config: ControllerConfig) -> list[str]:
+def image_violations(
+    image: MetadataImage, config: ControllerConfig, *, unclean_reverts: Mapping[TopicPartition, int] | None = None
+) -> list[str]:
     """Everything wrong with an image (empty: nothing): each partition on its own, and against the brokers:
     a leader is an eligible replica (its broker active, its replica not offline), an ISR holds only eligible
     replicas but for the last member of a leaderless ISR with ELR disabled (KRaft keeps it there rather than
-    empty the ISR), and an ELR holds no offline replica."""
+    empty the ISR), and an ELR holds no offline replica.
+
+    `unclean_reverts` names the partitions whose reassignment was cancelled when no ISR member was an original
+    replica, with the partition epoch that cancellation left. Kafka's PartitionReassignmentRevert then makes the
+    first original replica the ISR, eligible or not, and the builder writes it as it is (an unclean election
+    follows where that replica can lead), so until the partition's next change its one-member leaderless ISR
+    is what Kafka leaves there too, not a violation."""
     violations: list[str] = []
+    reverts = unclean_reverts or {}
     for tp, partition in image.all_partitions():
         topic = image.topic(tp.topic)
         assert topic is not None
@@ -182,7 +191,8 @@ def image_violations(image: MetadataImage, config: ControllerConfig) -> list[str
             found.append(f"leader {partition.leader}'s replica is offline")
         inactive = [r for r in partition.isr if not image.is_active(r)]
         last_member_kept = not config.eligible_leader_replicas_enable and len(partition.isr) == 1
-        exempt = last_member_kept and not partition.has_leader
+        reverted = reverts.get(tp) == partition.partition_epoch and partition.isr == partition.replicas[:1]
+        exempt = (last_member_kept or reverted) and not partition.has_leader
         if inactive and not exempt:
             found.append(f"ISR {partition.isr} holds inactive brokers {inactive}")
         if offline & set(partition.isr) and not exempt:
