@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 import nats
+import pytest
 
 from hightide.lake import LakeLock, count_events
 from hightide.protocol.envelope import Emitter, Envelope, encode_envelopes
@@ -95,3 +97,45 @@ def test_the_archiver_service_archives_until_sigterm_and_refuses_a_second_one_on
             first.kill()
             first.wait()
         server.stop()
+
+
+def test_the_archiver_in_a_session_of_its_own_steps_behind_with_its_autogroup(tmp_path: Path) -> None:
+    """As `hightide cluster up` starts it (its own session): niceness 10 for the process and, where the kernel groups
+    sessions (autogroups), for its session's group, which is what the CPU is shared by there (issue 15)."""
+    server = NatsServer(tmp_path / "nats").start()
+    log = tmp_path / "archiver.log"
+    command = [sys.executable, "-m", "hightide.archiver", "--lake", str(tmp_path / "lake"), "--nats-url", server.url]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log.open("wb"), start_new_session=True)
+    try:
+        end = time.monotonic() + DEADLINE_S
+        while '"cpu_priority_lowered"' not in log.read_text():
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < end, "the archiver did not report its priority in time"
+            time.sleep(0.05)  # polling its log with a deadline
+        (lowered,) = [json.loads(line) for line in log.read_text().splitlines() if '"cpu_priority_lowered"' in line]
+        assert os.getpriority(os.PRIO_PROCESS, process.pid) == lowered["niceness"] == 10
+        group = Path(f"/proc/{process.pid}/autogroup")
+        if group.exists():
+            assert group.read_text().strip() == lowered["autogroup"]
+            assert lowered["autogroup"].endswith(" nice 10")
+        else:  # no autogroups in this kernel: nothing else to lower
+            assert lowered["autogroup"].startswith("left as it is")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=DEADLINE_S)
+        server.stop()
+
+
+@pytest.mark.parametrize("value", ["20", "-5", "ten"])
+def test_a_niceness_it_cannot_take_is_refused_in_one_line(tmp_path: Path, value: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "hightide.archiver", "--lake", str(tmp_path / "lake"), f"--nice={value}"],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "argument --nice:" in done.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "lake").exists()

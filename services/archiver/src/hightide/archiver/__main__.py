@@ -8,7 +8,7 @@ line and exit 1.
 
 from __future__ import annotations
 
-import os
+import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,10 +17,12 @@ from nats.aio.client import Client
 
 from hightide.lake import Archiver, ArchiverMetrics, LakeError, LakeLock, scan_lake
 from hightide.runtime.logging import Logger
+from hightide.runtime.priority import Priority, lower_cpu_priority
 from hightide.runtime.service import common_parser, parse_common, run_service
 
 SERVICE_ID = 1  # one archiver per lake; the id only names the process in logs and NATS
 DEFAULT_NICENESS = 10
+MAX_NICENESS = 19
 
 
 class OneLineErrors:
@@ -44,20 +46,33 @@ class OneLineErrors:
             raise SystemExit(1) from None
 
 
+def niceness(text: str) -> int:
+    """`--nice`'s value: an increment a process may take without privilege."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= value <= MAX_NICENESS:
+        raise argparse.ArgumentTypeError(f"{value} is outside 0-{MAX_NICENESS}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = common_parser("hightide archiver", "Archive the event store (EVENTS stream) into a Parquet lake.")
     parser.add_argument("--lake", type=Path, required=True, help="the lake's directory (created if missing)")
     parser.add_argument(
         "--nice",
-        type=int,
+        type=niceness,
         default=DEFAULT_NICENESS,
-        help=f"CPU niceness to run at (default {DEFAULT_NICENESS}: behind brokers sharing the machine; 0 to keep)",
+        help=f"CPU niceness to add, 0-19 (default {DEFAULT_NICENESS}: behind brokers sharing the machine; 0 to keep)",
     )
     common = parse_common(parser, argv)
+    priority: Priority | None = None
     if common.args.nice:
         # The archiver is behind the data path by design (it may lag, the stream keeps the events): where it shares
-        # CPUs with brokers, as in a local cluster, its Parquet bursts must not add to produce latency.
-        os.nice(common.args.nice)
+        # CPUs with brokers, as in a local cluster, its Parquet bursts must not add to produce latency. Its session's
+        # autogroup too, where it leads one (`hightide.runtime.priority`): there a niceness alone changes nothing.
+        priority = lower_cpu_priority(common.args.nice)
     lake: Path = common.args.lake
     try:
         # Fail early and plainly; `run` takes the lock again (and recovers the lake) and keeps it.
@@ -69,6 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics = ArchiverMetrics()
 
     def build(nc: Client, log: Logger) -> OneLineErrors:
+        if priority is not None:
+            log.info("cpu_priority_lowered", niceness=priority.niceness, autogroup=priority.autogroup)
         return OneLineErrors(Archiver(nc, common.cluster_id, lake, log, metrics=metrics), log)
 
     return run_service(common, name="archiver", service_id=SERVICE_ID, build=build, registry=metrics.registry)
