@@ -144,9 +144,28 @@ def _event(event_class: type[Event], fields: object) -> Event:
     if not isinstance(fields, dict) or fields.keys() != hints.keys():
         got = sorted(map(str, fields)) if isinstance(fields, dict) else type(fields).__name__
         raise InvalidEvent(f"{event_class.TYPE} needs fields {sorted(hints)}, got {got}")
-    event = event_class(**{name: _typed(hints[name], value) for name, value in fields.items()})
+    converted = _with_tuples(event_class)
+    event = event_class(
+        **{name: _typed(hints[name], value) if name in converted else value for name, value in fields.items()}
+    )
     check_event(event)
     return event
+
+
+def _with_tuples(event_class: type[Event]) -> frozenset[str]:
+    """The fields whose declared type holds a tuple (the only ones `_typed` changes); found once per class."""
+    names = _TUPLE_FIELDS.get(event_class)
+    if names is None:
+        names = frozenset(name for name, hint in field_hints(event_class).items() if _holds_tuple(hint))
+        _TUPLE_FIELDS[event_class] = names
+    return names
+
+
+_TUPLE_FIELDS: dict[type[Event], frozenset[str]] = {}
+
+
+def _holds_tuple(hint: object) -> bool:
+    return typing.get_origin(hint) is tuple or any(_holds_tuple(arg) for arg in typing.get_args(hint))
 
 
 def _typed(hint: object, value: object) -> object:

@@ -108,10 +108,16 @@ class InvalidEvent(ValueError):
 
 
 def check_event(event: Event) -> None:
-    """Check every field against its declared type and size (the store does this before accepting one)."""
-    hints = field_hints(type(event))
-    for name, hint in hints.items():
-        _check_value(type(event).__name__, name, hint, getattr(event, name))
+    """Check every field against its declared type and size (the store does this before accepting one).
+
+    Each field's value first meets its hint's quick test (`_quick_test`: exact built-in types, ranges, tuples of
+    them), which only ever passes what the full check passes; anything it does not pass, the full check judges
+    (and words the error). A reader of the event store checks every event it reads this way (issue 15: the
+    archiver's check of each event was a sixth of its CPU)."""
+    for name, quick, hint in _field_tests(type(event)):
+        value = getattr(event, name)
+        if quick is None or not quick(value):
+            _check_value(type(event).__name__, name, hint, value)
 
 
 def field_hints(event_class: type[Event]) -> dict[str, object]:
@@ -125,6 +131,63 @@ def field_hints(event_class: type[Event]) -> dict[str, object]:
 
 
 _FIELD_HINTS: dict[type[Event], dict[str, object]] = {}
+
+Quick = typing.Callable[[object], bool]
+
+
+def _field_tests(event_class: type[Event]) -> tuple[tuple[str, Quick | None, object], ...]:
+    """(name, quick test or None, hint) of each field; built once per class."""
+    tests = _FIELD_TESTS.get(event_class)
+    if tests is None:
+        tests = tuple((name, _quick_test(hint), hint) for name, hint in field_hints(event_class).items())
+        _FIELD_TESTS[event_class] = tests
+    return tests
+
+
+_FIELD_TESTS: dict[type[Event], tuple[tuple[str, Quick | None, object], ...]] = {}
+
+
+def _quick_test(hint: object) -> Quick | None:
+    """A test that passes only values `_check_value` accepts for `hint` (exact types: a subclass of int or str is
+    left to the full check), or None where the hint has no such test."""
+    origin = typing.get_origin(hint)
+    if origin is Annotated:
+        base, *metadata = typing.get_args(hint)
+        ranges = [meta for meta in metadata if isinstance(meta, IntRange)]
+        if base is int and len(ranges) == 1 and len(metadata) == 1:
+            low, high = ranges[0].low, ranges[0].high
+            return lambda value: value.__class__ is int and low <= value <= high
+        return None
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            item = _quick_test(args[0])
+            if item is None:
+                return None
+            return lambda value: value.__class__ is tuple and all(map(item, value))
+        tests = [_quick_test(arg) for arg in args]
+        if any(test is None for test in tests):
+            return None
+        known = typing.cast(list[Quick], tests)
+        return lambda value: (
+            value.__class__ is tuple
+            and len(value) == len(known)
+            and all(test(element) for test, element in zip(known, value, strict=True))
+        )
+    if origin in (typing.Union, types.UnionType):
+        options = [_quick_test(option) for option in typing.get_args(hint)]
+        if any(option is None for option in options):
+            return None
+        known_options = typing.cast(list[Quick], options)
+        return lambda value: any(option(value) for option in known_options)
+    if hint is type(None):
+        return lambda value: value is None
+    if hint is bool:
+        return lambda value: value is True or value is False
+    if hint in (int, str, float, bytes):
+        exact = typing.cast(type, hint)
+        return lambda value: value.__class__ is exact
+    return None
 
 
 def _check_value(event_type: str, name: str, hint: object, value: object) -> None:
