@@ -113,11 +113,12 @@ def test_the_archiver_in_a_session_of_its_own_steps_behind_with_its_autogroup(tm
             assert time.monotonic() < end, "the archiver did not report its priority in time"
             time.sleep(0.05)  # polling its log with a deadline
         (lowered,) = [json.loads(line) for line in log.read_text().splitlines() if '"cpu_priority_lowered"' in line]
-        assert os.getpriority(os.PRIO_PROCESS, process.pid) == lowered["niceness"] == 10
+        expected = min(os.getpriority(os.PRIO_PROCESS, 0) + 10, 19)  # its default increment on this test's own
+        assert os.getpriority(os.PRIO_PROCESS, process.pid) == lowered["niceness"] == expected
         group = Path(f"/proc/{process.pid}/autogroup")
         if group.exists():
             assert group.read_text().strip() == lowered["autogroup"]
-            assert lowered["autogroup"].endswith(" nice 10")
+            assert lowered["autogroup"].endswith(f" nice {expected}")
         else:  # no autogroups in this kernel: nothing else to lower
             assert lowered["autogroup"].startswith("left as it is")
     finally:
