@@ -353,8 +353,21 @@ spread: with the archiver behind, the records over 10 ms are about 5-10% of each
 not kept: nats-server with GOMAXPROCS=1 (three pairs of three runs: p99 12.6-18.7 against 12.4-15.3 ms). In this
 run py-spy put 15-20% of the brokers' samples in the NATS flusher's socket send, but perf on a broker over a run
 found 79% of its samples in libpython, 11% in the kernel (sends included) and 4% in pydantic-core: at 100 B the
-brokers' cost is the interpreter's, spread over the hops' Python code (at 16 KiB, where the ninth pass saw 32-40%
-there, perf was not run).
+brokers' cost is the interpreter's, spread over the hops' Python code. cProfile in each broker over one run
+(started at import from a sitecustomize, dumped before and after the run and subtracted; /work/prof/s34/cdiff.py;
+its overhead doubles the brokers' CPU, so only shares count): of the three brokers' 15.2 s, 41% waiting in epoll;
+the NATS flusher's socket sends 8% (5,168 sends, 234 us of wall time each: on loopback a send runs the receiving
+side and wakes nats-server, which may take the core before the send returns); `ReplicaManager._read_fetch` the
+first of the brokers' own functions (9% cumulative, 2% its own: every fetch of a session steps each of its ~6
+partitions, unchanged ones included, as Kafka's fetch session does); pydantic's validation 1.4%; the events (emit,
+the outbox's writes, encoding) about 5%; the rest below 1% each. At 16 KiB (20,000 records, perf on two brokers):
+libpython 56%, the kernel 24-27%, libc 12-13% (nearly all memmove), crc32c 1.3-1.5%. The copies a 1 MB answer to a
+follower makes on the leader: msgpack's packing and its bytes, nats-py's `pub_cmd` (header + payload + CRLF: two
+more), Python 3.11's `writelines` joining the flusher's pending list (one more), then the socket. Cutting them means
+changing nats-py's publish path; not done. librdkafka's busy-poll while a Produce is unanswered, read in its source
+(`rd_kafka_toppar_producer_serve`, 2.x): when a partition's batch is ready (and always while flushing, the linger
+being 1 us then), `rd_kafka_msgq_allow_wakeup_at` asks its broker thread to wake at once, yet the idempotent
+in-flight limit lets nothing out, so the thread turns until the answer comes; nothing a broker answers changes that.
 """
 
 from __future__ import annotations
