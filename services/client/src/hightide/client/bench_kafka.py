@@ -372,6 +372,11 @@ Nor does the benchmark's order hold the 16 KiB figure down: the throughput runs 
 bench's order (own 100 B, own 16 KiB, confluent-kafka 100 B, confluent-kafka 16 KiB) or with the two 16 KiB runs
 swapped (/work/prof/s34/order16.py, three of each, alternating): confluent-kafka at 0.92 / 0.85 / 0.80 of the own
 client in the bench's order, 0.83 / 0.93 / 0.95 swapped (125-144 against 149-163 MB/s).
+What the events cost the p99, later that day (the harness, a cluster with emission off (`BenchCluster(events=False)`,
+the benchmark-only setting) and one with it on, alternating, three runs each of three pairs): on 10.1-19.1 ms, median
+11.7; off 8.9-15.0 ms, median 10.2 (p50 6.0-7.6 against 5.8-6.4). So emission, relaying to the EVENTS stream and
+archiving hold about 1.5 ms of the p99, and without them the goal is met in about half the runs: the next lead for
+it, after the hops themselves.
 """
 
 from __future__ import annotations
