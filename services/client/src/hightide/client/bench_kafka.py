@@ -376,7 +376,11 @@ What the events cost the p99, later that day (the harness, a cluster with emissi
 the benchmark-only setting) and one with it on, alternating, three runs each of three pairs): on 10.1-19.1 ms, median
 11.7; off 8.9-15.0 ms, median 10.2 (p50 6.0-7.6 against 5.8-6.4). So emission, relaying to the EVENTS stream and
 archiving hold about 1.5 ms of the p99, and without them the goal is met in about half the runs: the next lead for
-it, after the hops themselves.
+it, after the hops themselves. Of that, the archiver (now behind) holds little: with it stopped (SIGSTOP) for the
+runs, p99 9.4-11.7 ms, median 10.1, against 10.0-13.2, median 10.5 (three pairs of three runs), so the rest is the
+brokers' emission and relaying and JetStream's storing. `hightide bench --workload kafka` on that quicker machine,
+three runs: confluent-kafka p99 10.61 / 12.19 / 11.63 ms (the own client's 11.37 / 15.22 / 12.62), 16 KiB 117.4 /
+124.3 / 131.8 MB/s against 154.5 / 154.2 / 150.8, 100 B 358k / 359k / 365k against 273k / 270k / 276k records/s.
 """
 
 from __future__ import annotations
