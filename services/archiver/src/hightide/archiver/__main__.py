@@ -8,7 +8,6 @@ line and exit 1.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,23 +45,14 @@ class OneLineErrors:
             raise SystemExit(1) from None
 
 
-def niceness(text: str) -> int:
-    """`--nice`'s value: an increment a process may take without privilege."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 0 <= value <= MAX_NICENESS:
-        raise argparse.ArgumentTypeError(f"{value} is outside 0-{MAX_NICENESS}")
-    return value
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = common_parser("hightide archiver", "Archive the event store (EVENTS stream) into a Parquet lake.")
     parser.add_argument("--lake", type=Path, required=True, help="the lake's directory (created if missing)")
     parser.add_argument(
         "--nice",
-        type=niceness,
+        type=int,
+        choices=range(MAX_NICENESS + 1),  # an increment a process may take without privilege
+        metavar="N",
         default=DEFAULT_NICENESS,
         help=f"CPU niceness to add, 0-19 (default {DEFAULT_NICENESS}: behind brokers sharing the machine; 0 to keep)",
     )
