@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from hightide.audit.findings import Finding
 from hightide.history.checks import clients, commits, groups, high_watermark, metadata
 from hightide.history.checks.registry import all_checks
-from hightide.history.events import read_lake
+from hightide.history.events import event_id_column, read_lake
 from hightide.history.findings import FINDINGS_SCHEMA, collect_findings
 from hightide.lake import LakeError, count_events
 
@@ -29,7 +29,8 @@ def run_audit(spark: SparkSession, lake: Path) -> list[Finding]:
     cannot be read as ours, before Spark reads anything."""
     size = check_lake(lake)
     with shuffle_partitions(spark, partitions_for(size, spark)):
-        events = prepare(read_lake(spark, lake))
+        cached = prepare(read_lake(spark, lake))
+        events = with_event_ids(cached)
         try:
             return collect_findings(audit_frame(events))
         finally:
@@ -38,7 +39,7 @@ def run_audit(spark: SparkSession, lake: Path) -> list[Finding]:
             groups.forget(events)
             clients.forget(events)
             high_watermark.forget(events)
-            events.unpersist()
+            cached.unpersist()
 
 
 EVENTS_PER_PARTITION: Final = 125_000
@@ -75,13 +76,28 @@ def shuffle_partitions(spark: SparkSession, partitions: int) -> Iterator[None]:
             spark.conf.set(key, held)
 
 
+NOT_CACHED: Final = ("stream_sequence", "time", "mono_ns", "version", "event_id")
+"""`read_lake`'s columns the audit does not keep in its cache: no check reads the first four, and `event_id` is made
+again from the emitter columns by `with_event_ids` as each check reads its rows."""
+
+
 def prepare(events: DataFrame) -> DataFrame:
-    """`read_lake`'s frame as the checks read it: cached, each partition's rows sorted by `type`.
+    """`read_lake`'s frame as the checks read it (give it `with_event_ids` first): cached without `NOT_CACHED`,
+    each partition's rows sorted by `type`.
 
     Every check starts by filtering a few event types. The cache keeps each column's least and greatest value per
     batch of rows, and Spark skips a batch whose `type` range cannot match the filter, so with the rows sorted by
-    type a check decodes the batches of its types only, not every payload of the lake."""
-    return events.sortWithinPartitions("type").cache()
+    type a check decodes the batches of its types only, not every payload of the lake.
+
+    Building the cache costs per column and row: on the 10M-event bench lake (2026-11-30, local[2]) reading,
+    ordering and caching took 91 s with every column and 69 s without these five (the ordering alone about 40 s),
+    and the cache held 1.1 GB against 0.8 GB."""
+    return events.drop(*NOT_CACHED).sortWithinPartitions("type").cache()
+
+
+def with_event_ids(cached: DataFrame) -> DataFrame:
+    """`prepare`'s cached frame with `event_id` again (`events.event_id_column`), computed on the rows a check reads."""
+    return cached.withColumn("event_id", event_id_column())
 
 
 def check_lake(lake: Path) -> int:
