@@ -656,7 +656,12 @@ def _decided_events(events: DataFrame, scope: Scope) -> DataFrame:
     )
     offset = F.col("metadata_offset")
     # A takeover's offset counts for every decision of an earlier epoch: the epochs from the decision's own + 1 up.
-    later = Window.partitionBy(*scope).orderBy("controller_epoch").rangeBetween(1, Window.unboundedFollowing)
+    # Ordered downwards so that this frame grows from the partition's start (one pass, each row added once): the
+    # same frame ordered upwards, from epoch + 1 to the end, shrinks, and Spark aggregates it again whenever its
+    # start moves, once per controller epoch over all the rows after it.
+    later = (
+        Window.partitionBy(*scope).orderBy(F.col("controller_epoch").desc()).rangeBetween(Window.unboundedPreceding, -1)
+    )
     takeover = F.min(F.when((kind == ev.ControllerElected.TYPE) & (offset >= 0), offset)).over(later)
     # A fenced append counts for its own epoch: the last one's offset + 1 in history order (rows of other kinds have
     # no order, which max_by passes over).
