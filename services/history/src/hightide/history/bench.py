@@ -242,6 +242,13 @@ shuffle alone is 9 s. Not kept. What the first job spends beyond the ordering is
 and row (`audit.prepare`): without the five columns no check reads (`audit.NOT_CACHED`, `event_id` made again as
 rows are read), the audit took 283.7 / 276.0 s (alternating with the base), and at 1M 69.8 / 66.0 against 67.5 /
 67.1 s (no change).
+The rebuild at 10M (the same day, `fold_events` persisted and both timelines computed as `bench_size` does, a fresh
+JVM each, /work/prof/s35/reb.py, not committed): one stage of the partition fold ran as a single task for 9.4 s over
+the controller side's few rows. `rebuild._decided_events` took a takeover's offset for every decision of an earlier
+controller epoch from a frame running from epoch + 1 to the partition's end; Spark aggregates such a shrinking frame
+again each time its start moves, so once per controller epoch over every row after it. The same frame ordered by
+epoch downwards grows from the partition's start and is aggregated once: 66.2 / 70.7 / 69.5 s -> 58.7 / 57.5 / 59.9
+s (alternating). The snapshots at 4M, whose hours hold few controller rows each, did not change (159.6 / 159.1 s).
 """
 
 from __future__ import annotations
