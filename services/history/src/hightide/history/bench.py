@@ -235,12 +235,12 @@ the two passes it adds cost more than the sort it saves.
 The audit at 10M (2026-11-30, a quieter machine, `run_audit` in a fresh JVM, /work/prof/s32/aud.py, not committed):
 314.5 / 309.1 s, 187 jobs, of which the first (read, order, sort by type, cache) took 86 s and spilled 2.4 GB. The
 10M lake has four emitters (three brokers of 3.3M events, a controller of 45k), so the ordering's shuffle by emitter
-uses four of its eight partitions; ordering by buckets of 2^17 sequences instead (incarnation offsets broadcast,
-copies and `clashing` from `lag` and running sums within a bucket) gave `with_order`'s rows on the 1M lake but took
-34-39 s against 38 s at 10M (a noop write of each): with two cores, four emitters already keep both busy, and the
-shuffle alone is 9 s. Not kept. What the first job spends beyond the ordering is the cache's building, per column
-and row (`audit.prepare`): without the five columns no check reads (`audit.NOT_CACHED`, `event_id` made again as
-rows are read), the audit took 283.7 / 276.0 s (alternating with the base), and at 1M 69.8 / 66.0 against 67.5 /
+fills at most four of its eight partitions; ordering by buckets of 2^17 sequences instead (incarnation offsets
+broadcast, copies and `clashing` from `lag` and running sums within a bucket) gave `with_order`'s rows on the 1M lake
+but took 34-39 s against 38 s at 10M (a noop write of each): with two cores, four emitters already keep both busy,
+and the shuffle alone is 9 s. Not kept. What the first job spends beyond the ordering is the cache's building, per
+column and row (`audit.prepare`): without the five columns no check reads (`audit.NOT_CACHED`, `event_id` made again
+as rows are read), the audit took 283.7 / 276.0 s (alternating with the base), and at 1M 69.8 / 66.0 against 67.5 /
 67.1 s (no change).
 The rebuild at 10M (the same day, `fold_events` persisted and both timelines computed as `bench_size` does, a fresh
 JVM each, /work/prof/s35/reb.py, not committed): one stage of the partition fold ran as a single task for 9.4 s over
