@@ -249,6 +249,13 @@ controller epoch from a frame running from epoch + 1 to the partition's end; Spa
 again each time its start moves, so once per controller epoch over every row after it. The same frame ordered by
 epoch downwards grows from the partition's start and is aggregated once: 66.2 / 70.7 / 69.5 s -> 58.7 / 57.5 / 59.9
 s (alternating). The snapshots at 4M, whose hours hold few controller rows each, did not change (159.6 / 159.1 s).
+One ordering for both (`events.order_events`, 2026-11-30): positions made from the incarnations' offsets (a small
+aggregate broadcast back) plus the sequence, copies found by a window per event, so that no window runs over a whole
+emitter (the audit's ordering had two such, the rebuild's two, each buffering 3.3M rows per broker at 10M). A noop
+write of each at 10M (warm): the audit's ordering 32.3 -> 26.3 s, the rebuild's 16.1 -> 13.4 s. In fresh JVMs,
+alternating: the rebuild 60.8 / 55.3 -> 53.5 / 53.0 s; the audit's first job (ordering, cache, the first fold) 69.6
+-> 53.7 s in one pair with an event log, the whole audit 275.6 / 275.1 -> 279.2 / 260.0 s (the rest of it swings as
+much); at 1M the audit 64.5 / 65.2 -> 68.4 / 66.1 s (its two small passes over the lake are jobs of their own).
 """
 
 from __future__ import annotations

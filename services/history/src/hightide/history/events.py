@@ -5,7 +5,7 @@ Room: services/history. The schemas here are explicit: the lake's columns mirror
 and a payload's struct is derived from the event catalogue's declared field types (`payload_schema`), so Spark
 never infers a type from data. The order is the one `hightide.audit.rebuild.emitter_streams` defines: one emitter
 incarnation's events by `sequence`, the incarnations of one emitter (service, id) by the `wall_ms` of their first
-event, then by incarnation name; `position` numbers an emitter's events 0, 1, 2, ... in that order.
+event, then by incarnation name; `position` orders an emitter's events so (`order_events`).
 """
 
 from __future__ import annotations
@@ -65,31 +65,78 @@ def read_lake(spark: SparkSession, lake: Path) -> DataFrame:
 
 
 def with_order(raw: DataFrame) -> DataFrame:
-    """The lake's rows with `event_id`, `incarnation_start`, `position` and `clashing` added (see `read_lake`).
+    """The lake's rows with `event_id`, `incarnation_start`, `position` and `clashing` added (see `read_lake` and
+    `order_events`).
 
     `clashing` is true when the lake holds a different event under the row's emitter incarnation and sequence: the
     emitter gave one sequence to two events (`emitter_sequences_contiguous` reports it). Of such rows the one kept
     is the first archived (lowest stream sequence), as the plain-Python reader, which reads by stream sequence,
     keeps the first it sees."""
-    key = Window.partitionBy(*EVENT_KEY)
-    content = F.struct(*EVENT_CONTENT)
-    # Every window below is within one emitter: shuffled once by emitter, they all reuse that partitioning. The
-    # copies are numbered before `clashing` is found: the numbering's sort (by EVENT_KEY, then stream sequence) is
-    # also the order `clashing`'s window and the incarnations' one need, so the three windows share one sort.
-    unique = (
-        raw.repartition(*EMITTER)
-        .withColumn("_copy", F.row_number().over(key.orderBy("stream_sequence", *EVENT_CONTENT)))
-        .withColumn("clashing", F.min(content).over(key) != F.max(content).over(key))
-        .where(F.col("_copy") == 1)
-        .drop("_copy")
+    return order_events(raw, clashing=True).withColumn("event_id", event_id_column())
+
+
+INCARNATION: Final = ("service", "emitter_id", "incarnation")
+
+
+def order_events(
+    rows: DataFrame, scope: Sequence[str] = (), starts: DataFrame | None = None, *, clashing: bool = False
+) -> DataFrame:
+    """`rows` (lake rows, within each `scope`) with copies of one event dropped, `incarnation_start` and `position`
+    added, and with `clashing`, a `clashing` column (see `with_order`). `starts` (service, emitter_id, incarnation,
+    incarnation_start), when given, says when incarnations seen earlier started (a snapshot's).
+
+    The copy kept of an event (its emitter incarnation and sequence) is the first archived: the lowest stream
+    sequence, then the least content. An incarnation starts at the wall_ms of its first event by sequence: with
+    `clashing`, of the copy kept (the audit's rule: the plain-Python reader's); without it, of any copy (the
+    rebuild's and the snapshots': copies of one event share it).
+
+    `position` orders an emitter's events: its incarnations by start (then name), each by sequence. It is the
+    incarnation's offset (the sequences the emitter's earlier incarnations span) plus the sequence less the
+    incarnation's first: 0, 1, 2, ... when no sequence is missing, with a gap where one is. So it needs no window
+    over a whole emitter: the incarnations' bounds and starts are a small aggregate, broadcast back to the rows, and
+    copies are found by a window per event, whose groups hold one row but for the copies.
+
+    One shuffle of the rows, by emitter (every check or fold that reads an emitter's stream keeps that partitioning);
+    the per-event window sorts within it by sequence first (a long: the sort's prefix nearly always decides).
+    Measured on the 10M-event bench lake (2026-11-30, local[2], a noop write of each, warm): the audit's ordering
+    32.3 -> 26.3 s and the rebuild's (`rebuild.fold_events`) 16.1 -> 13.4 s, against a row number and the
+    incarnations' starts taken by windows over each whole emitter (each buffers all of the emitter's rows)."""
+    c = F.col
+    incarnation = [*scope, *INCARNATION]
+    tie = [name for name in EVENT_CONTENT if name in rows.columns]
+    bounds = rows.groupBy(*incarnation).agg(
+        F.min("sequence").alias("_lo"),
+        F.max("sequence").alias("_hi"),
+        F.min_by("wall_ms", "sequence").alias("_seen_start"),
     )
-    incarnation = Window.partitionBy("service", "emitter_id", "incarnation")
-    emitter = Window.partitionBy(*EMITTER).orderBy("incarnation_start", "incarnation", "sequence")
-    return (
-        unique.withColumn("incarnation_start", F.min_by("wall_ms", "sequence").over(incarnation))
-        .withColumn("position", F.row_number().over(emitter) - 1)
-        .withColumn("event_id", event_id_column())
+    if clashing:
+        # The kept copy's wall_ms at the first sequence: a second, small pass over the rows there.
+        firsts = rows.select(*incarnation, "sequence", "stream_sequence", *tie).join(F.broadcast(bounds), incarnation)
+        bounds = (
+            firsts.where(c("sequence") == c("_lo"))
+            .groupBy(*incarnation, "_lo", "_hi")
+            .agg(F.min_by("wall_ms", F.struct("stream_sequence", *tie)).alias("_seen_start"))
+        )
+    start: Column = c("_seen_start")
+    if starts is not None:
+        known = starts.select(*INCARNATION, c("incarnation_start").alias("_known_start"))
+        bounds = bounds.join(known, list(INCARNATION), "left")
+        start = F.coalesce(c("_known_start"), start)
+    earlier = Window.partitionBy(*scope, *EMITTER).orderBy("incarnation_start", "incarnation")
+    spanned = F.sum(c("_hi") - c("_lo") + 1).over(earlier.rowsBetween(Window.unboundedPreceding, -1))
+    offsets = bounds.select(*incarnation, start.alias("incarnation_start"), "_lo", "_hi").select(
+        *incarnation, "incarnation_start", (F.coalesce(spanned, F.lit(0)) - c("_lo")).alias("_offset")
     )
+    event = Window.partitionBy("sequence", *incarnation)
+    copies = rows.repartition(*scope, *EMITTER).withColumn(
+        "_copy", F.row_number().over(event.orderBy("stream_sequence", *tie))
+    )
+    if clashing:
+        content = F.struct(*EVENT_CONTENT)
+        copies = copies.withColumn("clashing", F.min(content).over(event) != F.max(content).over(event))
+    unique = copies.where(c("_copy") == 1).drop("_copy")
+    ordered = unique.join(F.broadcast(offsets), incarnation)
+    return ordered.withColumn("position", c("_offset") + c("sequence")).drop("_offset")
 
 
 def event_id_column() -> Column:

@@ -42,7 +42,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from hightide.history.events import event_id_column
+from hightide.history.events import event_id_column, order_events
 from hightide.protocol import events as ev
 
 REPLICA_KEY: Final = ("topic", "partition", "replica")
@@ -812,41 +812,19 @@ def final_replicas(replicas: DataFrame, epochs: DataFrame, scope: Scope = ()) ->
 def ordered(
     lake_rows: DataFrame, scope: Scope = (), starts: DataFrame | None = None, types: Sequence[str] | None = None
 ) -> DataFrame:
-    """`hightide.history.events.with_order` within each scope: duplicates dropped (the first archived copy, lowest
-    stream sequence, is kept), `incarnation_start`, `position` and `event_id` added. `starts` (service, emitter_id,
-    incarnation, incarnation_start), when given, says when incarnations seen earlier started (a snapshot's).
-    `types`, when given, keeps only the events of those types and only the columns the folds read (`FOLD_COLUMNS`):
-    every event is still ordered (positions and the copies dropped are the same), but the rows are shuffled and
-    sorted without the payloads of the other types, and what is kept is about half the lake (see `fold_events`).
-    The other types' rows are shuffled too (without their payloads): one of them may be the first archived copy of
-    an event whose later copy is of a kept type (two events given one sequence), which must then be dropped.
-
-    One shuffle of the rows, by emitter: the incarnation starts are a small aggregate broadcast back to the rows, and
-    in the emitter's order the copies of one event are neighbours, so a `lag` drops them and the same sorted
-    partition numbers the rest (a `dropDuplicates` and a window per incarnation cost two more shuffles of every
-    row with its payload, most of the rebuild's time)."""
+    """`hightide.history.events.order_events` within each scope, with `event_id`: duplicates dropped (the first
+    archived copy, lowest stream sequence, is kept), `incarnation_start` and `position` added. `starts` (service,
+    emitter_id, incarnation, incarnation_start), when given, says when incarnations seen earlier started (a
+    snapshot's). `types`, when given, keeps only the events of those types and only the columns the folds read
+    (`FOLD_COLUMNS`): every event is still ordered (positions and the copies dropped are the same), but the rows are
+    shuffled and sorted without the payloads of the other types, and what is kept is about half the lake (see
+    `fold_events`). The other types' rows are shuffled too (without their payloads): one of them may be the first
+    archived copy of an event whose later copy is of a kept type (two events given one sequence), which must then be
+    dropped."""
     kept = F.col("type").isin(*types) if types is not None else None
     if kept is not None:
         lake_rows = lake_rows.select(*scope, *FOLD_COLUMNS, F.when(kept, F.col("payload")).alias("payload"))
-    incarnation_key = [*scope, "service", "emitter_id", "incarnation"]
-    # The first event by sequence (a long ordering aggregates by hash; a struct one sorted every row); copies of one
-    # event share its sequence and wall_ms.
-    seen = lake_rows.groupBy(*incarnation_key).agg(F.min_by("wall_ms", "sequence").alias("_seen_start"))
-    start: Column = F.col("_seen_start")
-    if starts is not None:
-        known = starts.select("service", "emitter_id", "incarnation", F.col("incarnation_start").alias("_known_start"))
-        seen = seen.join(known, ["service", "emitter_id", "incarnation"], "left")
-        start = F.coalesce(F.col("_known_start"), start)
-    started = seen.select(*incarnation_key, start.alias("incarnation_start"))
-    with_start = lake_rows.join(F.broadcast(started), incarnation_key)
-    emitter = Window.partitionBy(*scope, "service", "emitter_id").orderBy(
-        "incarnation_start", "incarnation", "sequence", "stream_sequence"
-    )
-    copy = (F.lag("incarnation").over(emitter) == F.col("incarnation")) & (
-        F.lag("sequence").over(emitter) == F.col("sequence")
-    )
-    unique = with_start.withColumn("_copy", F.coalesce(copy, F.lit(False))).where(~F.col("_copy")).drop("_copy")
-    positioned = unique.withColumn("position", F.row_number().over(emitter) - 1)
+    positioned = order_events(lake_rows, scope, starts)
     if kept is not None:
         positioned = positioned.where(kept).drop("stream_sequence")
     return positioned.withColumn("event_id", event_id_column())
