@@ -44,9 +44,9 @@ LAKE_SCHEMA: Final = T.StructType(
     ]
 )
 EMITTER: Final = ("service", "emitter_id")
-EVENT_KEY: Final = ("service", "emitter_id", "incarnation", "sequence")
-# What makes two rows under one EVENT_KEY the same event (the envelope's fields; the other columns derive from them,
-# or, like stream_sequence, say where the lake got the copy).
+INCARNATION: Final = ("service", "emitter_id", "incarnation")
+# What makes two rows of one emitter incarnation and sequence the same event (the envelope's fields; the other
+# columns derive from them, or, like stream_sequence, say where the lake got the copy).
 EVENT_CONTENT: Final = ("cluster_id", "wall_ms", "mono_ns", "type", "version", "payload")
 
 
@@ -75,9 +75,6 @@ def with_order(raw: DataFrame) -> DataFrame:
     return order_events(raw, clashing=True).withColumn("event_id", event_id_column())
 
 
-INCARNATION: Final = ("service", "emitter_id", "incarnation")
-
-
 def order_events(
     rows: DataFrame, scope: Sequence[str] = (), starts: DataFrame | None = None, *, clashing: bool = False
 ) -> DataFrame:
@@ -104,11 +101,10 @@ def order_events(
     c = F.col
     incarnation = [*scope, *INCARNATION]
     tie = [name for name in EVENT_CONTENT if name in rows.columns]
-    bounds = rows.groupBy(*incarnation).agg(
-        F.min("sequence").alias("_lo"),
-        F.max("sequence").alias("_hi"),
-        F.min_by("wall_ms", "sequence").alias("_seen_start"),
-    )
+    spans = [F.min("sequence").alias("_lo"), F.max("sequence").alias("_hi")]
+    if not clashing:
+        spans.append(F.min_by("wall_ms", "sequence").alias("_seen_start"))
+    bounds = rows.groupBy(*incarnation).agg(*spans)
     if clashing:
         # The kept copy's wall_ms at the first sequence: a second, small pass over the rows there.
         firsts = rows.select(*incarnation, "sequence", "stream_sequence", *tie).join(F.broadcast(bounds), incarnation)
