@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Final
 
 from hightide.client import bench_cluster, bench_failover, bench_kafka, bench_nats, group_bench
+from hightide.client.bench_nats import BaselineResult
 from hightide.core.clock import WallMs
 from hightide.protocol.records import encode_batch, iter_batch_headers
 from hightide.storage.checkpoint import TopicPartition
@@ -47,6 +48,7 @@ RECORD_BYTES: Final = 100
 TP: Final = TopicPartition("bench", 0)
 DEFAULT_DURATION_S: Final = 3.0  # `--duration`'s default: the produce workload runs at full size with it
 WORKLOADS: Final = ("append", "read", "encode", "recovery", "produce", "failover", "group", "kafka")
+APART: Final = "client on a CPU of its own"  # the 16 KiB runs of `bench_kafka.client_apart`
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +343,19 @@ def bench_kafka_figures(work: Path, duration_scale: float) -> list[Figure]:
         Figure("kafka", f"{run.kafka_latency.name} p99 at {rate:,}/s", p99, "ms", own_p99, "<= 10 ms", p99 <= 10),
         Figure("kafka", f"{idempotent.name} p50 at {rate:,}/s", idempotent.p50_ms, "ms"),
         Figure("kafka", f"{idempotent.name} p99 at {rate:,}/s", idempotent.p99_ms, "ms"),
+        *_apart_figures(run.apart),
+    ]
+
+
+def _apart_figures(apart: tuple[BaselineResult, BaselineResult] | None) -> list[Figure]:
+    """The 16 KiB runs with the client on a CPU of its own (`bench_kafka.client_apart`): beside each other, judged
+    by no goal. They show what the listener does when librdkafka's busy-poll cannot take the brokers' CPU."""
+    if apart is None:
+        return []
+    own, kafka = apart
+    return [
+        Figure("kafka", f"{own.name} (MB/s, {APART})", own.mb_per_s, "MB/s"),
+        Figure("kafka", f"{kafka.name} (MB/s, {APART})", kafka.mb_per_s, "MB/s", own.mb_per_s),
     ]
 
 

@@ -21,6 +21,9 @@ min.insync.replicas=2 (`bench_cluster.create_topic`), each topic with `bench_clu
 |                                 | below the high watermark), takes arrival minus stamp; a warm-up record per     |
 |                                 | partition is read first, unmeasured                                            |
 | idempotent p50/p99              | the same with the throughput producer (idempotence on), on a topic of its own  |
+| 16 KiB, client apart            | both clients' 16 KiB runs again, last, with this process (the client) on one   |
+|                                 | CPU and the cluster's processes on the others (`client_apart`): beside each    |
+|                                 | other, judged by no goal; left out on a machine with one CPU                   |
 
 The latency runs come last, after the confluent consumer's group coordinator has been found (which creates the
 offsets topic, 50 partitions) and that topic has a full ISR: both clients are measured on the same cluster, and the
@@ -381,15 +384,32 @@ runs, p99 9.4-11.7 ms, median 10.1, against 10.0-13.2, median 10.5 (three pairs 
 brokers' emission and relaying and JetStream's storing. `hightide bench --workload kafka` on that quicker machine,
 three runs: confluent-kafka p99 10.61 / 12.19 / 11.63 ms (the own client's 11.37 / 15.22 / 12.62), 16 KiB 117.4 /
 124.3 / 131.8 MB/s against 154.5 / 154.2 / 150.8, 100 B 358k / 359k / 365k against 273k / 270k / 276k records/s.
+
+Twelfth pass (2026-11-30; the 16 KiB figure, measured apart). A harness (/work/prof/s37/p16.py, not committed) ran
+10,000 records of 16 KiB per client on one fresh cluster, each process's CPU read from /proc around each run.
+Unconfined, the cluster used its two CPUs in every run (the own client: 1.04 s for 160 MB, 2.0 s of CPU in all; the
+client 0.29 s of it); confluent-kafka's client took 0.70 s of CPU in 1.19 s, the brokers and nats-server alike in
+both (1.7-1.8 s). Records spread evenly over the partitions (librdkafka's sticky.partitioning.linger.ms 0, 1,560-1,723
+records each against 289-5,966 with its default) made no difference (122.1 and 105.4 MB/s against 121.4 and 89.6,
+the own client 148.5), so the sticky partitioner's runs (tenth pass) are not what holds the figure. With this process
+on one CPU and the cluster on the other (`client_apart`), librdkafka's client took a whole CPU (1.63 s in 1.64 s: its
+busy-poll) and the figures met: own client 96.6 / 105.1 MB/s, confluent-kafka 100.0 / 99.5. So the listener serves
+16 KiB as fast as the NATS front door, and what the shared-CPU figure measures beside it is librdkafka's busy-poll
+taking the brokers' CPU: the benchmark now prints the two runs apart too. `hightide bench --workload kafka`, five
+runs this day: confluent-kafka 16 KiB 124.9 / 123.7 / 123.2 / 153.7 / 154.0 MB/s against the own client's 130.7 /
+141.5 / 145.2 / 163.9 / 156.5; apart (the last two) 112.3 / 102.6 against 111.0 / 97.9; p99 11.29 / 9.27 / 9.03 /
+8.14 / 9.57 ms (the own client's 12.92 / 10.55 / 10.33 / 8.95 / 9.67); 100 B 318k-424k against 258k-307k records/s.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import struct
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -399,6 +419,7 @@ from hightide.client.admin import Admin
 from hightide.client.bench_nats import LARGE_RECORD_BYTES, RECORD_BYTES, BaselineResult, LatencyResult, latency_result
 from hightide.client.connection import ClusterConnection
 from hightide.client.group_member import OFFSETS_TOPIC
+from hightide.client.local_cluster import ClusterState
 
 KAFKA_PRODUCE_COUNT: Final = 300_000
 KAFKA_LARGE_PRODUCE_COUNT: Final = 10_000
@@ -422,6 +443,9 @@ class KafkaFigures:
     kafka: list[BaselineResult]  # confluent-kafka over the listener: 100 B, 16 KiB
     kafka_latency: LatencyResult  # librdkafka's defaults (no idempotence): the goal's figure
     kafka_latency_idempotent: LatencyResult  # the throughput producer's settings (idempotence on), beside it
+    # 16 KiB with the client on a CPU of its own and the cluster on the others: (own client, confluent-kafka); None
+    # where this process has fewer than two CPUs or cannot set affinity (`client_apart_cpus`)
+    apart: tuple[BaselineResult, BaselineResult] | None = None
 
 
 def producer_config(bootstrap: str) -> dict[str, Any]:
@@ -643,7 +667,70 @@ async def run_kafka_bench(work: Path, duration_scale: float = 1.0) -> KafkaFigur
                     idempotent=idempotent,
                 )
             )
-    return KafkaFigures([small, large], own_latency, [kafka_small, kafka_large], *latencies)
+        apart: tuple[BaselineResult, BaselineResult] | None = None
+        cpus = client_apart_cpus()
+        if cpus is not None:  # last: the runs above had the whole machine, as a user's client and cluster do
+            await bench_cluster.create_topic(conn, "kafka-16k-apart")
+            count = scaled(KAFKA_LARGE_PRODUCE_COUNT)
+            with client_apart(cluster_pids(state), *cpus):
+                own_apart = await bench_cluster.produce_throughput(conn, "bench-16k-apart", count, LARGE_RECORD_BYTES)
+                kafka_apart = await asyncio.to_thread(
+                    kafka_throughput, bootstrap, "kafka-16k-apart", count, LARGE_RECORD_BYTES
+                )
+            apart = (own_apart, kafka_apart)
+    on_defaults, with_idempotence = latencies
+    return KafkaFigures([small, large], own_latency, [kafka_small, kafka_large], on_defaults, with_idempotence, apart)
+
+
+def client_apart_cpus() -> tuple[set[int], set[int]] | None:
+    """(the client's CPU, the cluster's CPUs) for the runs with the client apart: the first CPU this process may
+    use, and the rest; None with fewer than two, or where the system has no sched_setaffinity (not Linux)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    return ({cpus[0]}, set(cpus[1:])) if len(cpus) >= 2 else None
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:  # the process has ended
+        return []
+
+
+def _set_affinity(pid: int, cpus: set[int]) -> None:
+    """Every thread of `pid` on `cpus` (sched_setaffinity moves one thread: a process's other threads keep theirs,
+    and a thread started later takes its starter's)."""
+    for tid in _threads(pid):
+        with contextlib.suppress(OSError):  # the thread has ended meanwhile
+            os.sched_setaffinity(tid, cpus)
+
+
+@contextlib.contextmanager
+def client_apart(cluster_pids: Iterable[int], client_cpus: set[int], cluster_cpus: set[int]) -> Iterator[None]:
+    """For the block, every thread of this process (the client's: librdkafka's threads start from it) on
+    `client_cpus` and every thread of `cluster_pids` on `cluster_cpus`; each process's threads are given back the
+    CPUs its main thread had before, threads started in the block included."""
+    pids = [os.getpid(), *cluster_pids]
+    before: dict[int, set[int]] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            before[pid] = os.sched_getaffinity(pid)
+    try:
+        for pid in before:
+            _set_affinity(pid, client_cpus if pid == os.getpid() else cluster_cpus)
+        yield
+    finally:
+        for pid, cpus in before.items():
+            _set_affinity(pid, cpus)
+
+
+def cluster_pids(state: ClusterState) -> list[int]:
+    """The processes of a `LocalCluster`'s state: nats-server, the controllers, the brokers and the archiver."""
+    pids = {state.nats_pid, *state.nats_pids.values(), *state.controllers.values(), *state.brokers.values()}
+    if state.archiver is not None:
+        pids.add(state.archiver)
+    return sorted(pid for pid in pids if pid > 0)
 
 
 def _size_label(size: int) -> str:
