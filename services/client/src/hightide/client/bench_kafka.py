@@ -707,11 +707,11 @@ def _set_affinity(pid: int, cpus: set[int]) -> None:
 
 
 @contextlib.contextmanager
-def client_apart(cluster_pids: Iterable[int], client_cpus: set[int], cluster_cpus: set[int]) -> Iterator[None]:
+def client_apart(cluster: Iterable[int], client_cpus: set[int], cluster_cpus: set[int]) -> Iterator[None]:
     """For the block, every thread of this process (the client's: librdkafka's threads start from it) on
-    `client_cpus` and every thread of `cluster_pids` on `cluster_cpus`; each process's threads are given back the
-    CPUs its main thread had before, threads started in the block included."""
-    pids = [os.getpid(), *cluster_pids]
+    `client_cpus` and every thread of the `cluster` processes on `cluster_cpus`; each process's threads are given
+    back the CPUs its main thread had before, threads started in the block included."""
+    pids = [os.getpid(), *cluster]
     before: dict[int, set[int]] = {}
     for pid in pids:
         with contextlib.suppress(OSError):
