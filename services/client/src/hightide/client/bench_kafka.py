@@ -395,10 +395,11 @@ the own client 148.5), so the sticky partitioner's runs (tenth pass) are not wha
 on one CPU and the cluster on the other (`client_apart`), librdkafka's client took a whole CPU (1.63 s in 1.64 s: its
 busy-poll) and the figures met: own client 96.6 / 105.1 MB/s, confluent-kafka 100.0 / 99.5. So the listener serves
 16 KiB as fast as the NATS front door, and what the shared-CPU figure measures beside it is librdkafka's busy-poll
-taking the brokers' CPU: the benchmark now prints the two runs apart too. `hightide bench --workload kafka`, five
-runs this day: confluent-kafka 16 KiB 124.9 / 123.7 / 123.2 / 153.7 / 154.0 MB/s against the own client's 130.7 /
-141.5 / 145.2 / 163.9 / 156.5; apart (the last two) 112.3 / 102.6 against 111.0 / 97.9; p99 11.29 / 9.27 / 9.03 /
-8.14 / 9.57 ms (the own client's 12.92 / 10.55 / 10.33 / 8.95 / 9.67); 100 B 318k-424k against 258k-307k records/s.
+taking the brokers' CPU: the benchmark now prints the two runs apart too. `hightide bench --workload kafka`, six
+runs this day: confluent-kafka 16 KiB 124.9 / 123.7 / 123.2 / 122.1 / 153.7 / 154.0 MB/s against the own client's
+130.7 / 141.5 / 145.2 / 153.7 / 163.9 / 156.5; apart (the last three) 103.3 / 112.3 / 102.6 against 103.5 / 111.0 /
+97.9; p99 11.29 / 9.27 / 9.03 / 11.04 / 8.14 / 9.57 ms (the own client's 12.92 / 10.55 / 10.33 / 11.04 / 8.95 /
+9.67); 100 B 318k-424k against 258k-307k records/s.
 """
 
 from __future__ import annotations
