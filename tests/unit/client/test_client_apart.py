@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from hightide.client.bench_kafka import client_apart, client_apart_cpus, cluster_pids
+from hightide.client.bench_kafka import client_apart, client_apart_cpus
 from hightide.client.local_cluster import ClusterState
 
 CHILD = """
@@ -115,7 +115,8 @@ def test_the_cpus_are_split_first_against_the_rest_or_not_at_all() -> None:
         assert split == ({cpus[0]}, set(cpus[1:]))
 
 
-def test_the_cluster_is_its_nats_servers_controllers_brokers_and_archiver() -> None:
+def test_the_cluster_is_its_nats_servers_controllers_brokers_archiver_and_canary() -> None:
+    """What `client_apart` confines (and the demo stops): `ClusterState.pids`."""
     state = ClusterState(
         nats_url="nats://127.0.0.1:4222",
         cluster_id="bench",
@@ -124,8 +125,9 @@ def test_the_cluster_is_its_nats_servers_controllers_brokers_and_archiver() -> N
         controllers={"1": 20},
         brokers={"1": 30, "2": 31},
         archiver=40,
+        canary=50,
     )
-    assert cluster_pids(state) == [10, 11, 20, 30, 31, 40]
-    state.archiver = None
+    assert state.pids() == [10, 11, 20, 30, 31, 40, 50]
+    state.archiver = state.canary = None
     state.nats_pid, state.nats_pids = -1, {}  # a state written before nats-server started
-    assert cluster_pids(state) == [20, 30, 31]
+    assert state.pids() == [20, 30, 31]

@@ -420,7 +420,6 @@ from hightide.client.admin import Admin
 from hightide.client.bench_nats import LARGE_RECORD_BYTES, RECORD_BYTES, BaselineResult, LatencyResult, latency_result
 from hightide.client.connection import ClusterConnection
 from hightide.client.group_member import OFFSETS_TOPIC
-from hightide.client.local_cluster import ClusterState
 
 KAFKA_PRODUCE_COUNT: Final = 300_000
 KAFKA_LARGE_PRODUCE_COUNT: Final = 10_000
@@ -673,7 +672,7 @@ async def run_kafka_bench(work: Path, duration_scale: float = 1.0) -> KafkaFigur
         if cpus is not None:  # last: the runs above had the whole machine, as a user's client and cluster do
             await bench_cluster.create_topic(conn, "kafka-16k-apart")
             count = scaled(KAFKA_LARGE_PRODUCE_COUNT)
-            with client_apart(cluster_pids(state), *cpus):
+            with client_apart(state.pids(), *cpus):
                 own_apart = await bench_cluster.produce_throughput(conn, "bench-16k-apart", count, LARGE_RECORD_BYTES)
                 kafka_apart = await asyncio.to_thread(
                     kafka_throughput, bootstrap, "kafka-16k-apart", count, LARGE_RECORD_BYTES
@@ -724,14 +723,6 @@ def client_apart(cluster: Iterable[int], client_cpus: set[int], cluster_cpus: se
     finally:
         for pid, cpus in before.items():
             _set_affinity(pid, cpus)
-
-
-def cluster_pids(state: ClusterState) -> list[int]:
-    """The processes of a `LocalCluster`'s state: nats-server, the controllers, the brokers and the archiver."""
-    pids = {state.nats_pid, *state.nats_pids.values(), *state.controllers.values(), *state.brokers.values()}
-    if state.archiver is not None:
-        pids.add(state.archiver)
-    return sorted(pid for pid in pids if pid > 0)
 
 
 def _size_label(size: int) -> str:

@@ -441,8 +441,7 @@ def tear_down(cluster: LocalCluster) -> None:
     state = cluster.read_state()
     if state is None:
         return
-    pids = [*state.brokers.values(), *state.controllers.values(), state.archiver or -1, state.nats_pid]
-    for pid in pids:
+    for pid in state.pids():
         if pid_alive(pid):
             stop_process(pid, hard=True, timeout_s=5)
 

@@ -166,6 +166,13 @@ class ClusterState:
     # user (a role, or broker-<id>) -> credentials file (issue 14); {}: no auth
     credentials: dict[str, str] = field(default_factory=dict)
 
+    def pids(self) -> list[int]:
+        """Every process the cluster started, sorted: its nats-server nodes, controllers, brokers, archiver and
+        canary (a pid not yet known, -1 or None, is left out)."""
+        started = {self.nats_pid, *self.nats_pids.values(), *self.controllers.values(), *self.brokers.values()}
+        started |= {pid for pid in (self.archiver, self.canary) if pid is not None}
+        return sorted(pid for pid in started if pid > 0)
+
     def credentials_file(self, role: Role) -> Path | None:
         """The credentials file of `role`, or None when this cluster's NATS has no users of ours."""
         path = self.credentials.get(role.value)
