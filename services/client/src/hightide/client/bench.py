@@ -48,6 +48,7 @@ RECORD_BYTES: Final = 100
 TP: Final = TopicPartition("bench", 0)
 DEFAULT_DURATION_S: Final = 3.0  # `--duration`'s default: the produce workload runs at full size with it
 WORKLOADS: Final = ("append", "read", "encode", "recovery", "produce", "failover", "group", "kafka")
+NAME_WIDTH: Final = 44  # the least width of a figure's name when printed as text (the simulation's bench uses it too)
 APART: Final = "client on a CPU of its own"  # the 16 KiB runs of `bench_kafka.client_apart`
 
 
@@ -63,8 +64,8 @@ class Figure:
     goal: str | None = None
     met: bool | None = None
 
-    def line(self) -> str:
-        text = f"{self.workload:<9} {self.name:<44} {self.value:>14,.2f} {self.unit:<10}"
+    def line(self, name_width: int = NAME_WIDTH) -> str:
+        text = f"{self.workload:<9} {self.name:<{name_width}} {self.value:>14,.2f} {self.unit:<10}"
         if self.baseline is not None:
             text += f" baseline {self.baseline:,.2f}"
         if self.goal is not None:
@@ -308,6 +309,7 @@ def bench_kafka_figures(work: Path, duration_scale: float) -> list[Figure]:
     run = asyncio.run(bench_kafka.run_kafka_bench(work, duration_scale))
     own_small, own_large = run.own
     small, large = run.kafka
+    idempotent_small, idempotent_large = run.kafka_idempotent
     own_p99, p99 = run.own_latency.p99_ms, run.kafka_latency.p99_ms
     rate = run.kafka_latency.rate_per_s
     idempotent = run.kafka_latency_idempotent
@@ -322,6 +324,7 @@ def bench_kafka_figures(work: Path, duration_scale: float) -> list[Figure]:
             ">= own client's",
             small.records_per_s >= own_small.records_per_s,
         ),
+        Figure("kafka", idempotent_small.name, idempotent_small.records_per_s, "records/s", own_small.records_per_s),
         Figure(
             "kafka",
             "reference: confluent-kafka vs Kafka 4.0 (issue 15)",
@@ -338,6 +341,7 @@ def bench_kafka_figures(work: Path, duration_scale: float) -> list[Figure]:
             ">= own client's",
             large.mb_per_s >= own_large.mb_per_s,
         ),
+        Figure("kafka", f"{idempotent_large.name} (MB/s)", idempotent_large.mb_per_s, "MB/s", own_large.mb_per_s),
         Figure("kafka", f"{run.own_latency.name} p99 at {rate:,}/s", own_p99, "ms"),
         Figure("kafka", f"{run.kafka_latency.name} p50 at {rate:,}/s", run.kafka_latency.p50_ms, "ms"),
         Figure("kafka", f"{run.kafka_latency.name} p99 at {rate:,}/s", p99, "ms", own_p99, "<= 10 ms", p99 <= 10),
@@ -389,5 +393,6 @@ def print_figures(figures: list[Figure], output_format: str) -> None:
         json.dump([asdict(f) for f in figures], sys.stdout, indent=2)
         sys.stdout.write("\n")
         return
+    width = max([NAME_WIDTH, *(len(figure.name) for figure in figures)])  # the values in one column
     for figure in figures:
-        print(figure.line())
+        print(figure.line(width))

@@ -9,21 +9,23 @@ min.insync.replicas=2 (`bench_cluster.create_topic`), each topic with `bench_clu
 | ------------------------------- | ------------------------------------------------------------------------------ |
 | own client, 100 B and 16 KiB    | `bench_cluster.produce_throughput`: the figures `--workload produce` measures   |
 | confluent-kafka, 100 B / 16 KiB | `KAFKA_PRODUCE_COUNT` (`KAFKA_LARGE_PRODUCE_COUNT`) records produced as fast as |
-|                                 | librdkafka takes them (acks=all, enable.idempotence, linger.ms 5), then flush;  |
-|                                 | every delivery report must be a success; the clock starts after one warm-up    |
-|                                 | record, once the producer has its producer id, as the own client's does        |
+|                                 | librdkafka takes them with its default producer (acks=all, linger.ms 5, no     |
+|                                 | idempotence: `producer_config` says why), then flush; every delivery report    |
+|                                 | must be a success; the clock starts after one warm-up record, once the         |
+|                                 | producer is connected and has the topic's metadata, as the own client's does   |
+| idempotent, 100 B / 16 KiB      | the same with enable.idempotence on, beside them, judged by no goal            |
 | confluent-kafka p50/p99         | 100 B records stamped with the monotonic clock, produced at                    |
 |                                 | `bench_cluster.LATENCY_RATE_PER_S` on a schedule by librdkafka's default       |
-|                                 | producer (acks=all, linger.ms 5, no idempotence: `latency_producer_config`     |
-|                                 | says why); a confluent consumer in the same process, on librdkafka's defaults  |
+|                                 | producer; a confluent consumer in the same process, on librdkafka's defaults   |
 |                                 | (fetch.wait.max.ms 500: the broker answers a parked Fetch when the HW passes   |
 |                                 | it), assigned every partition (read_committed is not needed: it reads only     |
 |                                 | below the high watermark), takes arrival minus stamp; a warm-up record per     |
 |                                 | partition is read first, unmeasured                                            |
-| idempotent p50/p99              | the same with the throughput producer (idempotence on), on a topic of its own  |
-| 16 KiB, client apart            | both clients' 16 KiB runs again, last, with this process (the client) on one   |
-|                                 | CPU and the cluster's processes on the others (`client_apart`): beside each    |
-|                                 | other, judged by no goal; left out on a machine with one CPU                   |
+| idempotent p50/p99              | the same with idempotence on, on a topic of its own, judged by no goal         |
+| 16 KiB, client apart            | the own client's and the idempotent producer's 16 KiB runs again, last, with   |
+|                                 | this process (the client) on one CPU and the cluster's processes on the others |
+|                                 | (`client_apart`): beside each other, judged by no goal; left out on a machine  |
+|                                 | with one CPU                                                                   |
 
 The latency runs come last, after the confluent consumer's group coordinator has been found (which creates the
 offsets topic, 50 partitions) and that topic has a full ISR: both clients are measured on the same cluster, and the
@@ -33,7 +35,8 @@ A real Apache Kafka cluster cannot run here (its jars come from Maven), so the r
 gives for this kind of machine (`KAFKA_REFERENCE_RECORDS_PER_S`: confluent-kafka against Kafka 4.0, one controller
 and three brokers, RF=3, min ISR 2, acks=all, 100 B), printed as a reference and never as a measurement.
 Goals (issue 15): the listener's acks=all throughput with confluent-kafka at least the own client's; p99
-produce-to-consume at most 10 ms at 10,000 records/s. Numbers are printed, never asserted.
+produce-to-consume at most 10 ms at 10,000 records/s; both on librdkafka's default producer, beside the own client
+on its defaults (idempotent), each client as a Python user gets it. Numbers are printed, never asserted.
 
 First pass (the Kafka listener's receive buffers and pipeline fast path): at load 31 every figure of both clients
 swung 1.5-2x from run to run; only one-change A/B runs said more. The kernel receive buffer alone, A/B on one
@@ -400,6 +403,18 @@ runs this day: confluent-kafka 16 KiB 124.9 / 123.7 / 123.2 / 122.1 / 153.7 / 15
 130.7 / 141.5 / 145.2 / 153.7 / 163.9 / 156.5; apart (the last three) 103.3 / 112.3 / 102.6 against 103.5 / 111.0 /
 97.9; p99 11.29 / 9.27 / 9.03 / 11.04 / 8.14 / 9.57 ms (the own client's 12.92 / 10.55 / 10.33 / 11.04 / 8.95 /
 9.67); 100 B 318k-424k against 258k-307k records/s.
+
+Thirteenth pass (2026-11-30; the throughput runs on librdkafka's default producer). The harness of the twelfth pass
+with a third producer, enable.idempotence off (/work/prof/s37/p16d.py, not committed), 16 KiB, on one cluster:
+without idempotence 193.7 / 189.0 / 120.3 MB/s, the client 0.14 / 0.16 / 0.12 s of CPU; idempotent 160.7 / 113.1
+MB/s, the client 0.60 / 1.05 s; the own client 171.8 / 177.0 / 109.5 MB/s (the machine slowed for the last three).
+The goals are now judged on the defaults, as the latency's has been since the eighth pass (`producer_config`), and
+the idempotent producer's throughput is printed beside them. `hightide bench --workload kafka`, five runs:
+confluent-kafka 16 KiB 182.9 / 199.3 / 196.1 / 175.3 / 171.8 MB/s against the own client's 162.1 / 162.8 / 149.4 /
+151.2 / 147.9 (idempotent 127.1 / 152.6 / 165.7 / 131.8 / 130.3); 100 B 482k / 518k / 476k / 491k / 486k against
+280k / 300k / 296k / 279k / 267k records/s (idempotent 373k-413k); p99 8.56 / 9.62 / 10.23 / 10.44 / 9.17 ms (the
+own client's 10.24 / 9.83 / 10.58 / 11.62 / 11.52; idempotent 8.54-10.84); apart, idempotent 101.6 / 99.3 / 93.0
+/ 95.0 / 95.1 against 89.7 / 97.7 / 91.0 / 95.0 / 100.5.
 """
 
 from __future__ import annotations
@@ -440,44 +455,41 @@ _WARM_UP: Final = -1  # the stamp of a warm-up record (perf_counter_ns is never 
 class KafkaFigures:
     own: list[BaselineResult]  # own client: 100 B, 16 KiB
     own_latency: LatencyResult
-    kafka: list[BaselineResult]  # confluent-kafka over the listener: 100 B, 16 KiB
+    kafka: list[BaselineResult]  # confluent-kafka over the listener, librdkafka's defaults: 100 B, 16 KiB (the goal's)
+    kafka_idempotent: list[BaselineResult]  # the same with idempotence on, beside them
     kafka_latency: LatencyResult  # librdkafka's defaults (no idempotence): the goal's figure
-    kafka_latency_idempotent: LatencyResult  # the throughput producer's settings (idempotence on), beside it
-    # 16 KiB with the client on a CPU of its own and the cluster on the others: (own client, confluent-kafka); None
-    # where this process has fewer than two CPUs or cannot set affinity (`client_apart_cpus`)
+    kafka_latency_idempotent: LatencyResult  # idempotence on, beside it
+    # 16 KiB with the client on a CPU of its own and the cluster on the others: (own client, confluent-kafka
+    # idempotent); None where this process has fewer than two CPUs or cannot set affinity (`client_apart_cpus`)
     apart: tuple[BaselineResult, BaselineResult] | None = None
 
 
-def producer_config(bootstrap: str) -> dict[str, Any]:
-    """A throughput producer as a Python user points it at Kafka: acks=all, idempotent, linger.ms 5."""
-    return {
-        "bootstrap.servers": bootstrap,
-        "acks": "all",
-        "enable.idempotence": True,
-        "linger.ms": 5,
-        "queue.buffering.max.messages": 1_000_000,
-        "queue.buffering.max.kbytes": 1_048_576,
-    }
+def producer_config(bootstrap: str, *, idempotent: bool = False) -> dict[str, Any]:
+    """The producer of the goals' runs: the one a Python user gets from `Producer({"bootstrap.servers": ...})`,
+    librdkafka's defaults (acks=all, linger.ms 5, enable.idempotence false), its local queue made large enough that
+    the throughput runs' records fit (as they do in the own client's); with `idempotent`, enable.idempotence on,
+    measured beside it and judged by no goal.
 
-
-def latency_producer_config(bootstrap: str, *, idempotent: bool = False) -> dict[str, Any]:
-    """The latency run's producer: the one a Python user gets from `Producer({"bootstrap.servers": ...})`,
-    librdkafka's defaults (acks=all, linger.ms 5, enable.idempotence false), as the latency consumer is; with
-    `idempotent`, the throughput producer (idempotence on), measured beside it and judged by no goal.
-
-    Why the goal is judged on the defaults: librdkafka's idempotent producer lets a partition send while fewer than 5
-    *messages* (not requests) are in flight (`rd_kafka_toppar_producer_serve`: RD_KAFKA_IDEMP_MAX_INFLIGHT -
+    Why the goals are judged on the defaults: librdkafka's idempotent producer lets a partition send while fewer
+    than 5 *messages* (not requests) are in flight (`rd_kafka_toppar_producer_serve`: RD_KAFKA_IDEMP_MAX_INFLIGHT -
     rktp_msgs_inflight), and it sets the broker thread's next wake-up from the batch's linger.ms before that check;
     so once a batch's linger has passed while the partition's last Produce is unanswered, the broker thread polls with
     no timeout until the answer comes: a busy loop for every round trip (perf: do_sys_poll, clock_gettime and
     rd_kafka_toppar_producer_serve in the rdk:broker threads; ~300 voluntary and ~1,500 involuntary context switches
     per thread in 6 s). Against Kafka a round trip takes 1-2 ms and the spin is short; here the client shares the two
-    cores with the brokers, and its three broker threads took 1.7-3.3 s of CPU in each 5-s run, as much as a broker,
-    from the brokers whose round trip it waits on. Kafka's EndToEndLatency sets linger.ms 0, but it sends one record
-    and waits for it; at a fixed rate of 10,000/s linger.ms 0 doubles the Produce requests the brokers serve (each
-    request of a partition then carries what came in while the one before it was answered) and adds latency."""
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5}
-    return producer_config(bootstrap) if idempotent else config
+    cores with the brokers, and its three broker threads took 1.7-3.3 s of CPU in each 5-s latency run, as much as a
+    broker, from the brokers whose round trip it waits on; in a 16 KiB throughput run 0.6-1.05 s of CPU against
+    0.12-0.16 s without idempotence (thirteenth pass). Kafka's EndToEndLatency sets linger.ms 0, but it sends one
+    record and waits for it; at a fixed rate of 10,000/s linger.ms 0 doubles the Produce requests the brokers serve
+    (each request of a partition then carries what came in while the one before it was answered) and adds latency."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "enable.idempotence": idempotent,
+        "linger.ms": 5,
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+    }
 
 
 def consumer_config(bootstrap: str) -> dict[str, Any]:
@@ -491,18 +503,19 @@ def consumer_config(bootstrap: str) -> dict[str, Any]:
     }
 
 
-def kafka_throughput(bootstrap: str, topic: str, count: int, size: int) -> BaselineResult:
-    """`count` records of `size` bytes produced with confluent-kafka, every delivery report a success.
+def kafka_throughput(bootstrap: str, topic: str, count: int, size: int, *, idempotent: bool = False) -> BaselineResult:
+    """`count` records of `size` bytes produced with confluent-kafka (`producer_config`), every delivery report a
+    success.
 
     The window opens once the producer is ready to send, as the own client's does (`Producer.__aenter__` acquires
     its producer id before `produce_throughput` starts its clock): one warm-up record of the same size, outside the
     window and not counted, makes librdkafka connect, read the topic's metadata and acquire its producer id. That
-    start-up took about 0.6 s here, most of it librdkafka's own: its idempotence state machine finds no broker
-    connection up yet just after the bootstrap's metadata answer and retries on a 500 ms timer ("Coordinator not
-    up"), which a connection coming up does not cut short. It is the same against Kafka."""
+    start-up took about 0.6 s here with idempotence, most of it librdkafka's own: its idempotence state machine finds
+    no broker connection up yet just after the bootstrap's metadata answer and retries on a 500 ms timer
+    ("Coordinator not up"), which a connection coming up does not cut short. It is the same against Kafka."""
     from confluent_kafka import Producer  # noqa: PLC0415 (the Kafka client is only needed by this workload)
 
-    producer = Producer(producer_config(bootstrap))
+    producer = Producer(producer_config(bootstrap, idempotent=idempotent))
     value = os.urandom(size)
     failures: list[str] = []
 
@@ -526,7 +539,7 @@ def kafka_throughput(bootstrap: str, topic: str, count: int, size: int) -> Basel
     seconds = time.perf_counter() - started
     if left or failures:
         raise RuntimeError(f"{left} records undelivered and {len(failures)} failed, first: {failures[:1]}")
-    return BaselineResult(f"confluent-kafka acks=all RF=3 {_size_label(size)}", count, seconds, size)
+    return BaselineResult(f"{_client_label(idempotent)} acks=all RF=3 {_size_label(size)}", count, seconds, size)
 
 
 def kafka_latency(
@@ -563,7 +576,7 @@ def kafka_latency(
                 latencies.append(arrived - stamp)
 
     reader = threading.Thread(target=consume, name="bench-kafka-consumer", daemon=True)
-    producer = Producer(latency_producer_config(bootstrap, idempotent=idempotent))
+    producer = Producer(producer_config(bootstrap, idempotent=idempotent))
     try:
         reader.start()
         for partition in range(partitions):
@@ -590,8 +603,9 @@ def kafka_latency(
         consumer.close()
     if len(latencies) < samples:
         raise RuntimeError(f"consumed {len(latencies)} of {samples} records before the deadline")
-    client = "confluent-kafka idempotent" if idempotent else "confluent-kafka"
-    return latency_result(f"{client} produce->consume {_size_label(RECORD_BYTES)}", rate_per_s, latencies)
+    return latency_result(
+        f"{_client_label(idempotent)} produce->consume {_size_label(RECORD_BYTES)}", rate_per_s, latencies
+    )
 
 
 def find_group_coordinator(bootstrap: str, topic: str) -> None:
@@ -640,14 +654,23 @@ async def run_kafka_bench(work: Path, duration_scale: float = 1.0) -> KafkaFigur
         large = await bench_cluster.produce_throughput(
             conn, "bench-16k", scaled(KAFKA_LARGE_PRODUCE_COUNT), LARGE_RECORD_BYTES
         )
-        for topic in ("kafka-100b", "kafka-16k", "kafka-latency", "kafka-latency-idempotent"):
+        throughput: dict[bool, list[BaselineResult]] = {}
+        for idempotent in (False, True):
+            suffix = "-idempotent" if idempotent else ""
+            runs = throughput[idempotent] = []
+            for name, count, size in (
+                ("100b", KAFKA_PRODUCE_COUNT, RECORD_BYTES),
+                ("16k", KAFKA_LARGE_PRODUCE_COUNT, LARGE_RECORD_BYTES),
+            ):
+                topic = f"kafka-{name}{suffix}"
+                await bench_cluster.create_topic(conn, topic)
+                runs.append(
+                    await asyncio.to_thread(
+                        kafka_throughput, bootstrap, topic, scaled(count), size, idempotent=idempotent
+                    )
+                )
+        for topic in ("kafka-latency", "kafka-latency-idempotent"):
             await bench_cluster.create_topic(conn, topic)
-        kafka_small = await asyncio.to_thread(
-            kafka_throughput, bootstrap, "kafka-100b", scaled(KAFKA_PRODUCE_COUNT), RECORD_BYTES
-        )
-        kafka_large = await asyncio.to_thread(
-            kafka_throughput, bootstrap, "kafka-16k", scaled(KAFKA_LARGE_PRODUCE_COUNT), LARGE_RECORD_BYTES
-        )
         # Both latency runs on the same cluster: with the offsets topic that the confluent consumer's group needs.
         await asyncio.to_thread(find_group_coordinator, bootstrap, "kafka-latency")
         await offsets_topic_ready(conn)
@@ -675,11 +698,13 @@ async def run_kafka_bench(work: Path, duration_scale: float = 1.0) -> KafkaFigur
             with client_apart(state.pids(), *cpus):
                 own_apart = await bench_cluster.produce_throughput(conn, "bench-16k-apart", count, LARGE_RECORD_BYTES)
                 kafka_apart = await asyncio.to_thread(
-                    kafka_throughput, bootstrap, "kafka-16k-apart", count, LARGE_RECORD_BYTES
+                    kafka_throughput, bootstrap, "kafka-16k-apart", count, LARGE_RECORD_BYTES, idempotent=True
                 )
             apart = (own_apart, kafka_apart)
     on_defaults, with_idempotence = latencies
-    return KafkaFigures([small, large], own_latency, [kafka_small, kafka_large], on_defaults, with_idempotence, apart)
+    return KafkaFigures(
+        [small, large], own_latency, throughput[False], throughput[True], on_defaults, with_idempotence, apart
+    )
 
 
 def client_apart_cpus() -> tuple[set[int], set[int]] | None:
@@ -723,6 +748,10 @@ def client_apart(cluster: Iterable[int], client_cpus: set[int], cluster_cpus: se
     finally:
         for pid, cpus in before.items():
             _set_affinity(pid, cpus)
+
+
+def _client_label(idempotent: bool) -> str:
+    return "confluent-kafka idempotent" if idempotent else "confluent-kafka"
 
 
 def _size_label(size: int) -> str:
