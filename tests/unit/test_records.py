@@ -500,6 +500,27 @@ def test_a_producers_batch_must_have_dense_offsets_from_zero(
 
 
 @pytest.mark.parametrize(
+    ("delta", "accepted"),
+    [(150, True), (151, False), (64, False), (8191, False), (-65, False), (-8192, False), (8192, False), (-1, False)],
+)
+def test_offset_deltas_past_the_one_byte_varints_are_read_whole(delta: int, accepted: bool) -> None:
+    """Records 64 and on of a batch have two-byte offset deltas (zigzag 128-16,383), which the checks read without
+    the general varint reader: a batch of 300 records, record 150's delta set to `delta` (two bytes, or one or three
+    at the ends), is accepted only with 150, and otherwise refused naming the delta as written."""
+    count = 300
+    deltas = [*range(150), delta, *range(151, count)]
+    data = build_batch(b"".join(record(d, b"v") for d in deltas), record_count=count, last_offset_delta=count - 1)
+    header, records = decode_batch(data)
+    assert [r.offset for r in records] == deltas  # the decoder reads them too (base offset 0)
+    if accepted:
+        assert validate_batches(data, deep=True) == [header]
+        return
+    error = rejection(lambda: validate_batches(data, deep=True))
+    assert error.error_code is ErrorCode.INVALID_RECORD
+    assert f"record 150 has offsetDelta {delta}, expected 150" in str(error)
+
+
+@pytest.mark.parametrize(
     ("records", "message"),
     [
         (record(0, b"abc")[:-1], "record 0 at byte 0: length 9 does not fit in the 8 bytes left"),

@@ -353,6 +353,10 @@ def _check_records_in_place(buf: Buffer, pos: int, header: BatchHeader) -> None:
             if byte < 0x80:
                 offset_delta = (byte >> 1) ^ -(byte & 1)
                 p += 1
+            elif data[p + 1] < 0x80:  # two bytes: the deltas of records 64 to 8,191 of a batch
+                raw = (byte & 0x7F) | (data[p + 1] << 7)
+                offset_delta = (raw >> 1) ^ -(raw & 1)
+                p += 2
             else:
                 offset_delta, p = read(data, p, 32)
             if offset_delta != count and first_bad_delta is None:
@@ -667,6 +671,10 @@ def _decode_records(data: bytes, header: BatchHeader) -> list[Record]:  # noqa: 
             if byte < 0x80:
                 offset_delta = (byte >> 1) ^ -(byte & 1)
                 p += 1
+            elif data[p + 1] < 0x80:  # two bytes: the deltas of records 64 to 8,191 of a batch
+                raw = (byte & 0x7F) | (data[p + 1] << 7)
+                offset_delta = (raw >> 1) ^ -(raw & 1)
+                p += 2
             else:
                 offset_delta, p = read(data, p, 32)
             key, p = read_bytes(data, p, record_end)
