@@ -361,7 +361,7 @@ def _check_records_in_place(buf: Buffer, pos: int, header: BatchHeader) -> None:
                 offset_delta, p = read(data, p, 32)
             if offset_delta != count and first_bad_delta is None:
                 first_bad_delta = (count, offset_delta)
-            for _ in range(2):  # key, then value: a nullable length and its bytes
+            for _ in (0, 1):  # key, then value: a nullable length and its bytes (a tuple: no range built per record)
                 byte = data[p]
                 if byte == 1:
                     p += 1
