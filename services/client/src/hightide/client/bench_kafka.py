@@ -660,21 +660,25 @@ async def run_kafka_bench(work: Path, duration_scale: float = 1.0) -> KafkaFigur
         large = await bench_cluster.produce_throughput(
             conn, "bench-16k", scaled(KAFKA_LARGE_PRODUCE_COUNT), LARGE_RECORD_BYTES
         )
-        throughput: dict[bool, list[BaselineResult]] = {}
-        for idempotent in (False, True):
-            suffix = "-idempotent" if idempotent else ""
-            runs = throughput[idempotent] = []
+
+        async def confluent_throughput(idempotent: bool) -> list[BaselineResult]:
+            """100 B, then 16 KiB, each on a topic of its own."""
+            runs = []
             for name, count, size in (
                 ("100b", KAFKA_PRODUCE_COUNT, RECORD_BYTES),
                 ("16k", KAFKA_LARGE_PRODUCE_COUNT, LARGE_RECORD_BYTES),
             ):
-                topic = f"kafka-{name}{suffix}"
+                topic = f"kafka-{name}-idempotent" if idempotent else f"kafka-{name}"
                 await bench_cluster.create_topic(conn, topic)
                 runs.append(
                     await asyncio.to_thread(
                         kafka_throughput, bootstrap, topic, scaled(count), size, idempotent=idempotent
                     )
                 )
+            return runs
+
+        on_defaults_runs = await confluent_throughput(idempotent=False)
+        idempotent_runs = await confluent_throughput(idempotent=True)
         for topic in ("kafka-latency", "kafka-latency-idempotent"):
             await bench_cluster.create_topic(conn, topic)
         # Both latency runs on the same cluster: with the offsets topic that the confluent consumer's group needs.
@@ -709,7 +713,7 @@ async def run_kafka_bench(work: Path, duration_scale: float = 1.0) -> KafkaFigur
             apart = (own_apart, kafka_apart)
     on_defaults, with_idempotence = latencies
     return KafkaFigures(
-        [small, large], own_latency, throughput[False], throughput[True], on_defaults, with_idempotence, apart
+        [small, large], own_latency, on_defaults_runs, idempotent_runs, on_defaults, with_idempotence, apart
     )
 
 
