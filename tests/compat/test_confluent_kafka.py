@@ -53,6 +53,50 @@ def test_admin_client_topics(cluster: LocalCluster, bootstrap: str) -> None:
     wait_for(lambda: not on_disk(), 30, "the deleted topic's files gone from every broker's disk")
 
 
+def test_admin_client_illegal_and_duplicate_names_are_answered_per_topic(bootstrap: str) -> None:
+    """ControllerApis' and Topic.validate's answers, each topic on its own: a legal topic in the same CreateTopics
+    is created; an illegal name is INVALID_TOPIC_EXCEPTION with Kafka's reason; a name given twice is INVALID_REQUEST
+    and neither copy is created; a DeleteTopics or CreatePartitions of an illegal name is UNKNOWN_TOPIC_OR_PARTITION.
+    Every answer comes on the connection (none is a dropped connection, librdkafka's _TRANSPORT)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def error_of(future: Any) -> Any:
+        with pytest.raises(KafkaException) as raised:
+            future.result(timeout=30)
+        return raised.value.args[0]
+
+    illegal, too_long = "no spaces!", "x" * 250
+    created = admin.create_topics(
+        [NewTopic("ck-legal", 1, 3), NewTopic(illegal, 1, 3), NewTopic(too_long, 1, 3)]
+    )  # fmt: skip
+    assert created["ck-legal"].result(timeout=30) is None
+    refused = error_of(created[illegal])
+    assert refused.code() == KafkaError.TOPIC_EXCEPTION
+    assert "contains a character other than ASCII alphanumerics" in refused.str()
+    assert "can't be longer than 249 characters" in error_of(created[too_long]).str()
+
+    # librdkafka keys its futures by name, so a duplicate goes through its low-level request: kafka-python's admin
+    # client sends the list as given.
+    from kafka import KafkaAdminClient  # noqa: PLC0415 (kafka-python, used by this test only)
+    from kafka.admin import NewTopic as KpNewTopic  # noqa: PLC0415
+
+    kp = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), request_timeout_ms=30_000)
+    try:
+        response = kp.create_topics([KpNewTopic("ck-twice", 1, 3), KpNewTopic("ck-twice", 1, 3)], raise_errors=False)
+        results = [(t["name"], t["error_code"], t["error_message"]) for t in response["topics"]]
+        assert results == [("ck-twice", KafkaError.INVALID_REQUEST, "Duplicate topic name.")]
+    finally:
+        kp.close()
+    assert "ck-twice" not in admin.list_topics(timeout=15).topics
+
+    assert error_of(admin.delete_topics([illegal])[illegal]).code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    partitions = admin.create_partitions([NewPartitions(illegal, 3)])
+    assert error_of(partitions[illegal]).code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    metadata = admin.list_topics(topic=illegal, timeout=15)
+    assert metadata.topics[illegal].error.code() == KafkaError.TOPIC_EXCEPTION
+    assert admin.delete_topics(["ck-legal"])["ck-legal"].result(timeout=30) is None
+
+
 def test_idempotent_acks_all_then_assigned_consume(cluster: LocalCluster, bootstrap: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topic = NewTopic("ck-data", num_partitions=3, replication_factor=3, config={"min.insync.replicas": "2"})

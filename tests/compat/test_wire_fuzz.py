@@ -16,6 +16,7 @@ import io
 import json
 import socket
 import struct
+import typing
 import uuid
 from typing import Any
 
@@ -247,6 +248,64 @@ def test_mutated_templates_are_answered_or_closed_and_the_broker_serves(
         send_frame(sock, bytes(payload))
         frame = read_frame(sock)
         assert frame is None or struct.unpack_from(">i", frame)[0] == 3
+    assert api_versions_v0(bootstrap) == kafka.SERVED
+
+
+def filled(schema: type[Any], text: str) -> Any:
+    """An entity of `schema` with content: one element in every array (entities filled likewise), `text` in every
+    string (a topic name, a group id, ...), 1 in every number array, -1 in acks (so a Produce is answered)."""
+    hints = typing.get_type_hints(schema)
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(schema):
+        kind, kafka_type = hints[field.name], field.metadata.get("kafka_type", "")
+        if typing.get_origin(kind) is tuple:
+            item = typing.get_args(kind)[0]
+            if dataclasses.is_dataclass(item):
+                values[field.name] = (filled(item, text),)  # type: ignore[arg-type]
+            elif kafka_type == "string":
+                values[field.name] = (text,)
+            elif kafka_type.startswith("int"):
+                values[field.name] = (1,)
+        elif kafka_type == "string":
+            values[field.name] = text
+        elif kafka_type == "bytes":
+            values[field.name] = b""
+        elif field.name == "acks":
+            values[field.name] = -1
+    return kafka.make(schema, **values)
+
+
+def filled_request(api_key: int, version: int, text: str) -> bytes:
+    schema = load_request_schema(api_key, version)
+    buffer = io.BytesIO()
+    entity_writer(schema)(buffer, filled(schema, text))
+    return header(api_key, version, 3, flexible=bool(schema.__flexible__)) + buffer.getvalue()
+
+
+SASL_API_KEYS = (17, 36)
+SERVED_VERSIONS = [
+    (key, version)
+    for key, (lo, hi) in sorted(kafka.SERVED.items())
+    if key not in SASL_API_KEYS
+    for version in range(lo, hi + 1)
+]
+
+
+@pytest.mark.parametrize("name", ["no spaces!", "x" * 250, ""])
+def test_every_served_version_naming_an_illegal_topic_is_answered(bootstrap: str, name: str) -> None:
+    """A request that parses is answered whatever it names: a topic name outside Kafka's legal characters or length
+    (every string of the request is `name`: its topics, groups, members) gets Kafka's per-topic error, never a
+    dropped connection (the listener used to close it when its internal request refused the name)."""
+    closed = []
+    for key, version in SERVED_VERSIONS:
+        with connect(bootstrap) as sock:
+            send_frame(sock, filled_request(key, version, name))
+            frame = read_frame(sock)
+        if frame is None:
+            closed.append((key, version))
+        else:
+            assert struct.unpack_from(">i", frame)[0] == 3
+    assert closed == []
     assert api_versions_v0(bootstrap) == kafka.SERVED
 
 

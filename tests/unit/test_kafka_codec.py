@@ -158,6 +158,63 @@ def test_produce_translates_to_the_internal_request_and_back() -> None:
     assert int(failed.responses[0].partition_responses[0].error_code) == 42
 
 
+def _produce_naming(*topics: tuple[str, int]) -> kafka.Request:
+    data = tuple(
+        TopicProduceData(name=name, partition_data=(PartitionProduceData(index=index, records=Records(b"b")),))
+        for name, index in topics
+    )
+    body = ProduceRequest(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=1), topic_data=data)
+    return kafka.parse_request(frame(v2(0, 9), body))
+
+
+def test_a_partition_the_internal_request_cannot_carry_is_answered_unknown_topic_or_partition() -> None:
+    """A topic name outside Kafka's legal characters or length, or a negative index, names no partition: it is left
+    out of the internal request and answered UNKNOWN_TOPIC_OR_PARTITION beside the others' answers."""
+    request = _produce_naming(("t", 0), ("no spaces!", 0), ("x" * 250, 0), ("t2", -1))
+    internal = kafka.produce_request(request.body)
+    assert internal is not None
+    assert [(p.topic, p.partition) for p in internal.partitions] == [("t", 0)]
+    answer = wire.ProduceResponse(partitions=(wire.ProducePartitionResponse(topic="t", partition=0, error=0),))
+    answered = {
+        (topic.name, part.index): int(part.error_code)
+        for topic in kafka.produce_response(request, answer).responses
+        for part in topic.partition_responses
+    }
+    assert answered == {("t", 0): 0, ("no spaces!", 0): 3, ("x" * 250, 0): 3, ("t2", -1): 3}
+    # A whole-request error reaches every partition the internal request held; the others stay unknown.
+    failed = kafka.error_response(request, ErrorCode.INVALID_REQUEST, "no")
+    codes = {(t.name, p.index): int(p.error_code) for t in failed.responses for p in t.partition_responses}
+    assert codes == {("t", 0): 42, ("no spaces!", 0): 3, ("x" * 250, 0): 3, ("t2", -1): 3}
+    assert kafka.produce_request(_produce_naming(("no spaces!", 0)).body) is None
+
+
+def test_metadata_of_an_illegal_name_is_invalid_topic_exception() -> None:
+    body = MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=None, name="t"), MetadataRequestTopic(topic_id=None, name="a b")),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    request = kafka.parse_request(frame(v2(3, 12), body))
+    assert kafka.metadata_request(request.body) == wire.MetadataRequest(topics=("t",))
+    answer = wire.MetadataResponse(topics=(wire.TopicMetadata(name="t", error=3),))
+    answered = kafka.metadata_response(request, answer, "c", 1)
+    assert [(t.name, int(t.error_code)) for t in answered.topics] == [("t", 3), ("a b", 17)]
+
+
+@pytest.mark.parametrize(
+    ("name", "carried"), [("t", True), ("a.b_c-D9", True), ("..", True), ("", False), ("a b", False), ("t\n", False)]
+)
+def test_carries_topic_name_is_the_wire_types_own_rule(name: str, carried: bool) -> None:
+    assert wire.carries_topic_name(name) is carried
+    assert wire.carries_topic_name("x" * 249) and not wire.carries_topic_name("x" * 250)
+    try:
+        wire.TopicResult(name=name, error=0)
+        admitted = True
+    except ValueError:
+        admitted = False
+    assert admitted is carried
+
+
 def test_fetch_keeps_kip_320_fields_and_clamps_the_wait() -> None:
     body = FetchRequest(
         max_wait=datetime.timedelta(milliseconds=120_000),
@@ -376,7 +433,10 @@ def _group_and_admin_answers() -> dict[int, Any]:
     ("api_key", "version"), [(k, v) for k, (lo, hi) in sorted(kafka.SERVED.items()) for v in range(lo, hi + 1)]
 )
 def test_every_served_version_answers_with_content(api_key: int, version: int) -> None:
-    request = kafka.Request(api_key, version, 12, "c", body=object())
+    # A request that names nothing: the answer's rows are all the internal answer's.
+    group = types.SimpleNamespace(group_id="g", topics=None)
+    asked = types.SimpleNamespace(topic_data=(), topics=(), topic_names=(), topic_partitions=(), groups=(group,))
+    request = kafka.Request(api_key, version, 12, "c", body=asked)
     translated = _answers()[api_key](request)
     answer = kafka.encode_response(request, translated)
     size, correlation_id = struct.unpack_from(">ii", answer)
@@ -421,7 +481,7 @@ TRANSLATIONS: dict[int, Any] = {  # the translation, and where the internal requ
     kafka.CREATE_TOPICS: (kafka.create_topics_request, lambda r: r.topics[0].name),
     kafka.DELETE_TOPICS: (kafka.delete_topics_request, lambda r: r.topics[0]),
     kafka.OFFSET_FOR_LEADER_EPOCH: (kafka.offsets_for_leader_epoch_request, lambda r: r.partitions[0].topic),
-    kafka.CREATE_PARTITIONS: (kafka.create_partitions_requests, lambda r: r[0].topic),
+    kafka.CREATE_PARTITIONS: (lambda b: kafka.create_partitions_request(b.topics[0]), lambda r: r.topic),
     kafka.ELECT_LEADERS: (kafka.elect_leaders_request, lambda r: r.partitions[0].topic),
     # issue 15, groups/configs/reassignments slice ("t" is each request's group id or topic)
     kafka.FIND_COORDINATOR: (kafka_groups.coordinator_keys, lambda r: r[0][0]),

@@ -98,6 +98,7 @@ from hightide.core.topic_rules import (
     TOPIC_NAME_LENGTH_MAX,
     check_new_topic,
     effective_min_isr,
+    no_such_topic,
     preferred_elections_due,
     replicas_for_new_partitions,
     replicas_for_new_topic,
@@ -493,7 +494,7 @@ class ReplicationControl:
         self._check_no_outstanding()
         topic = self._image.topic(name)
         if topic is None:
-            return self._reply(Reply(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {name}"))
+            return self._reply(Reply(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, no_such_topic(name)))
         work = _Decision(self._image)
         work.add(RemoveTopicRecord(topic_id=topic.topic_id), events.TopicDeleted(topic=name, topic_id=topic.topic_id))
         return self._result(work, Reply(ErrorCode.NONE))
@@ -512,7 +513,7 @@ class ReplicationControl:
         `validate_only` nothing is written."""
         self._check_no_outstanding()
         if self._image.topic(name) is None:
-            return self._reply(Reply(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {name}"))
+            return self._reply(Reply(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, no_such_topic(name)))
         both = sorted(set(set_configs) & set(delete_configs))
         if both:
             return self._reply(Reply(ErrorCode.INVALID_REQUEST, f"Duplicate config keys: {','.join(both)}"))
@@ -543,7 +544,7 @@ class ReplicationControl:
         self._check_no_outstanding()
         topic = self._image.topic(name)
         if topic is None:
-            return self._reply(Reply(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {name}"))
+            return self._reply(Reply(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, no_such_topic(name)))
         current = len(topic.partitions)
         if count == current:
             return self._reply(Reply(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s)."))
@@ -963,7 +964,7 @@ class ReplicationControl:
         topic = work.image.topic(topic_name)
         if topic is None:
             return PartitionElectionReply(
-                topic_name, partition_id, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {topic_name}"
+                topic_name, partition_id, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, no_such_topic(topic_name)
             )
         partition = topic.partition(partition_id)
         if partition is None:

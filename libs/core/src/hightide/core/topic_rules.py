@@ -55,6 +55,26 @@ def topic_name_error(name: str) -> str | None:
     return None
 
 
+def no_such_topic(name: str) -> str:
+    """The message of UNKNOWN_TOPIC_OR_PARTITION for a topic the controller does not know (or a name no topic can
+    have)."""
+    return f"No such topic as {name}"
+
+
+DUPLICATE_TOPIC_NAME: Final = "Duplicate topic name."
+"""ControllerApis' message (INVALID_REQUEST) for a name given more than once in CreateTopics, DeleteTopics or
+CreatePartitions: none of its entries is acted on, and it gets one result."""
+
+
+def duplicate_names(names: Sequence[str]) -> set[str]:
+    """The names given more than once (ControllerApis' check before CreateTopics, DeleteTopics and
+    CreatePartitions reach the controller)."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return {name for name, count in counts.items() if count > 1}
+
+
 def colliding_topic(image: MetadataImage, name: str) -> str | None:
     """Kafka refuses a name that equals an existing one once '.' is read as '_' (metric names would clash)."""
     if "." not in name and "_" not in name:

@@ -19,6 +19,11 @@ What Kafka does and this module keeps:
   `reason` the broker logs and emits). The broker keeps serving every other connection.
 - A frame whose size is negative or over `socket.request.max.bytes` (default 104857600) closes the connection
   (Kafka's `InvalidReceiveException` in `NetworkReceive`).
+- A request that parses is answered, whatever topic names and partition indexes it holds. A partition the internal
+  requests cannot carry (a topic name outside Kafka's legal characters or length, a negative index) can name no
+  partition: it is left out of the internal request and answered UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers a
+  partition it does not have (Metadata: INVALID_TOPIC_EXCEPTION, as Kafka's `Topic.validate` there). A whole-request
+  error is answered per partition named (`error_response`), built without the internal types' bounds.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import io
 import struct
 import sys
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final, Literal
 
 from kio.index import load_request_schema as _kio_request_schema
@@ -93,6 +98,7 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
 """API key -> (min, max) version this listener serves and ApiVersions advertises (the group, config and
 reassignment APIs join it below)."""
 
+UNKNOWN_TOPIC_OR_PARTITION: Final = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53  # Kafka's error for a transactional id it will not serve
 TOPIC_RESOURCE: Final = 2  # DescribeConfigs' resource types
 BROKER_RESOURCE: Final = 4
@@ -298,12 +304,36 @@ def api_versions_response(request: Request) -> Any:
 # -- Kafka requests -> internal requests ----------------------------------------------------------------------------
 
 
-def produce_request(body: Any) -> wire.ProduceRequest:
+def carried(topic: str | None, partition: int) -> bool:
+    """Whether the internal requests can carry this partition: a name `wire.TopicName` admits and a non-negative
+    index. One they cannot is no partition any broker has."""
+    return wire.carries_topic_name(topic) and partition >= 0
+
+
+def _rows(
+    row: type[Any], topics: Iterable[Any], name: str, partitions: str, index: str, *, held: bool, **fields: Any
+) -> tuple[Any, ...]:
+    """Internal answer rows (`topic`, `partition`, `fields`) for the partitions of a Kafka request's `topics` that
+    the internal request held (`held`), or that it could not (`carried` is false). Built without validation: they
+    only become Kafka entities, and their names and indexes may be ones the internal types refuse."""
+    return tuple(
+        row.model_construct(topic=getattr(t, name), partition=getattr(p, index), **fields)
+        for t in topics
+        for p in getattr(t, partitions)
+        if carried(getattr(t, name), getattr(p, index)) == held
+    )
+
+
+def produce_request(body: Any) -> wire.ProduceRequest | None:
+    """The internal Produce of the partitions it can carry; None when it can carry none."""
     partitions = tuple(
         wire.ProducePartitionData(topic=topic.name, partition=p.index, records=bytes(p.records or b""))
         for topic in body.topic_data
         for p in topic.partition_data
+        if carried(topic.name, p.index)
     )
+    if not partitions:
+        return None
     timeout_ms = int(body.timeout.total_seconds() * 1000)
     return wire.ProduceRequest(acks=int(body.acks), timeout_ms=max(timeout_ms, 0), partitions=partitions)  # type: ignore[arg-type]
 
@@ -322,6 +352,7 @@ def fetch_request(body: Any) -> wire.FetchRequest | None:
         )
         for topic in body.topics
         for p in topic.partitions
+        if carried(topic.topic, p.partition)
     )
     if not partitions:
         return None
@@ -335,64 +366,73 @@ def fetch_request(body: Any) -> wire.FetchRequest | None:
     )
 
 
-def list_offsets_request(body: Any) -> wire.ListOffsetsRequest:
-    return wire.ListOffsetsRequest(
-        partitions=tuple(
-            wire.ListOffsetsPartition(
-                topic=topic.name,
-                partition=p.partition_index,
-                timestamp=p.timestamp,
-                current_leader_epoch=getattr(p, "current_leader_epoch", -1),
-            )
-            for topic in body.topics
-            for p in topic.partitions
+def list_offsets_request(body: Any) -> wire.ListOffsetsRequest | None:
+    """The internal ListOffsets of the partitions it can carry; None when it can carry none."""
+    partitions = tuple(
+        wire.ListOffsetsPartition(
+            topic=topic.name,
+            partition=p.partition_index,
+            timestamp=p.timestamp,
+            current_leader_epoch=getattr(p, "current_leader_epoch", -1),
         )
+        for topic in body.topics
+        for p in topic.partitions
+        if carried(topic.name, p.partition_index)
     )
+    return wire.ListOffsetsRequest(partitions=partitions) if partitions else None
 
 
-def offsets_for_leader_epoch_request(body: Any) -> wire.OffsetsForLeaderEpochRequest:
-    return wire.OffsetsForLeaderEpochRequest(
-        replica_id=max(int(getattr(body, "replica_id", -1)), -1),
-        partitions=tuple(
-            wire.EpochQuery(
-                topic=topic.topic,
-                partition=p.partition,
-                current_leader_epoch=getattr(p, "current_leader_epoch", -1),
-                leader_epoch=p.leader_epoch,
-            )
-            for topic in body.topics
-            for p in topic.partitions
-        ),
+def offsets_for_leader_epoch_request(body: Any) -> wire.OffsetsForLeaderEpochRequest | None:
+    """The internal OffsetsForLeaderEpoch of the partitions it can carry; None when it can carry none."""
+    partitions = tuple(
+        wire.EpochQuery(
+            topic=topic.topic,
+            partition=p.partition,
+            current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+            leader_epoch=p.leader_epoch,
+        )
+        for topic in body.topics
+        for p in topic.partitions
+        if carried(topic.topic, p.partition)
     )
+    if not partitions:
+        return None
+    replica_id = max(int(getattr(body, "replica_id", -1)), -1)
+    return wire.OffsetsForLeaderEpochRequest(replica_id=replica_id, partitions=partitions)
 
 
 def metadata_request(body: Any) -> wire.MetadataRequest:
+    """The internal Metadata of the topics asked by a name it can carry (`metadata_response` answers the others)."""
     if body.topics is None:
         return wire.MetadataRequest(topics=None)
-    return wire.MetadataRequest(topics=tuple(t.name for t in body.topics if t.name is not None))
+    return wire.MetadataRequest(topics=tuple(t.name for t in body.topics if wire.carries_topic_name(t.name)))
 
 
-def create_topics_request(body: Any) -> wire.CreateTopicsRequest:
-    topics = []
-    for topic in body.topics:
-        assignments = None
-        if topic.assignments:
-            ordered = sorted(topic.assignments, key=lambda a: a.partition_index)
-            assignments = tuple(tuple(int(b) for b in a.broker_ids) for a in ordered)
-        topics.append(
-            wire.CreatableTopic(
-                name=topic.name,
-                num_partitions=topic.num_partitions,
-                replication_factor=topic.replication_factor,
-                assignments=assignments,
-                configs={c.name: c.value for c in topic.configs if c.value is not None},
-            )
-        )
-    return wire.CreateTopicsRequest(topics=tuple(topics))
+def creatable_topic(topic: Any) -> wire.CreatableTopic:
+    """One topic of a CreateTopics, internal (raises pydantic's ValidationError where Hightide's bounds refuse it)."""
+    assignments = None
+    if topic.assignments:
+        ordered = sorted(topic.assignments, key=lambda a: a.partition_index)
+        assignments = tuple(tuple(int(b) for b in a.broker_ids) for a in ordered)
+    return wire.CreatableTopic(
+        name=topic.name,
+        num_partitions=topic.num_partitions,
+        replication_factor=topic.replication_factor,
+        assignments=assignments,
+        configs={c.name: c.value for c in topic.configs if c.value is not None},
+    )
 
 
-def delete_topics_request(body: Any) -> wire.DeleteTopicsRequest:
-    return wire.DeleteTopicsRequest(topics=tuple(body.topic_names))
+def create_topics_request(body: Any, answered: Collection[str] = ()) -> wire.CreateTopicsRequest | None:
+    """The internal CreateTopics of the topics not `answered` already (the listener's refusals); None: no topic."""
+    topics = tuple(creatable_topic(topic) for topic in body.topics if topic.name not in answered)
+    return wire.CreateTopicsRequest(topics=topics) if topics else None
+
+
+def delete_topics_request(body: Any, answered: Collection[str] = ()) -> wire.DeleteTopicsRequest | None:
+    """The internal DeleteTopics of the names not `answered` already (the listener's refusals); None: no name."""
+    names = tuple(dict.fromkeys(name for name in body.topic_names if name not in answered))
+    return wire.DeleteTopicsRequest(topics=names) if names else None
 
 
 # -- internal responses -> Kafka responses --------------------------------------------------------------------------
@@ -408,13 +448,15 @@ def _by_topic(items: Iterable[Any]) -> dict[str, list[Any]]:
 def produce_response(request: Request, answer: wire.ProduceResponse) -> Any:
     schema = response_schema(request)
     topic_schema, part_schema = _nested(schema, "TopicProduceResponse"), _nested(schema, "PartitionProduceResponse")
+    topics_asked = request.body.topic_data
     parts = answer.partitions
     if answer.error and not parts:  # the whole request failed: every partition asked gets its error
-        parts = tuple(
-            wire.ProducePartitionResponse(topic=t.name, partition=p.index, error=answer.error, message=answer.message)
-            for t in request.body.topic_data
-            for p in t.partition_data
-        )
+        parts = _rows(
+            wire.ProducePartitionResponse, topics_asked, "name", "partition_data", "index", held=True,
+            error=answer.error, message=answer.message,
+        )  # fmt: skip
+    parts += _rows(wire.ProducePartitionResponse, topics_asked, "name", "partition_data", "index", held=False,
+                   error=UNKNOWN_TOPIC_OR_PARTITION)  # fmt: skip
     topics = tuple(
         make(
             topic_schema,
@@ -443,11 +485,10 @@ def fetch_response(request: Request, answer: wire.FetchResponse | None) -> Any:
     topic_schema, part_schema = _nested(schema, "FetchableTopicResponse"), _nested(schema, "PartitionData")
     parts = () if answer is None else answer.partitions
     if answer is not None and answer.error and not parts:
-        parts = tuple(
-            wire.FetchPartitionResponse(topic=t.topic, partition=p.partition, error=answer.error)
-            for t in request.body.topics
-            for p in t.partitions
-        )
+        parts = _rows(wire.FetchPartitionResponse, request.body.topics, "topic", "partitions", "partition", held=True,
+                      error=answer.error)  # fmt: skip
+    parts += _rows(wire.FetchPartitionResponse, request.body.topics, "topic", "partitions", "partition", held=False,
+                   error=UNKNOWN_TOPIC_OR_PARTITION)  # fmt: skip
     topics = []
     for name, items in _by_topic(parts).items():
         partitions = []
@@ -481,11 +522,10 @@ def list_offsets_response(request: Request, answer: wire.ListOffsetsResponse) ->
     part_schema = _nested(schema, "ListOffsetsPartitionResponse")
     parts = answer.partitions
     if answer.error and not parts:
-        parts = tuple(
-            wire.ListOffsetsPartitionResponse(topic=t.name, partition=p.partition_index, error=answer.error)
-            for t in request.body.topics
-            for p in t.partitions
-        )
+        parts = _rows(wire.ListOffsetsPartitionResponse, request.body.topics, "name", "partitions", "partition_index",
+                      held=True, error=answer.error)  # fmt: skip
+    parts += _rows(wire.ListOffsetsPartitionResponse, request.body.topics, "name", "partitions", "partition_index",
+                   held=False, error=UNKNOWN_TOPIC_OR_PARTITION)  # fmt: skip
     topics = tuple(
         make(
             topic_schema,
@@ -512,11 +552,10 @@ def offsets_for_leader_epoch_response(request: Request, answer: wire.OffsetsForL
     topic_schema, part_schema = _nested(schema, "OffsetForLeaderTopicResult"), _nested(schema, "EpochEndOffset")
     parts = answer.partitions
     if answer.error and not parts:
-        parts = tuple(
-            wire.EpochEndOffsetResponse(topic=t.topic, partition=p.partition, error=answer.error)
-            for t in request.body.topics
-            for p in t.partitions
-        )
+        parts = _rows(wire.EpochEndOffsetResponse, request.body.topics, "topic", "partitions", "partition", held=True,
+                      error=answer.error)  # fmt: skip
+    parts += _rows(wire.EpochEndOffsetResponse, request.body.topics, "topic", "partitions", "partition", held=False,
+                   error=UNKNOWN_TOPIC_OR_PARTITION)  # fmt: skip
     topics = tuple(
         make(
             topic_schema,
@@ -576,7 +615,7 @@ def metadata_response(request: Request, answer: wire.MetadataResponse, cluster_i
             ),
             topic_authorized_operations=-(2**31),
         )
-        for t in answer.topics
+        for t in (*answer.topics, *_illegal_topics(request))
     )
     return make(
         schema,
@@ -586,6 +625,16 @@ def metadata_response(request: Request, answer: wire.MetadataResponse, cluster_i
         controller_id=controller_id,
         topics=topics,
         cluster_authorized_operations=-(2**31),
+    )
+
+
+def _illegal_topics(request: Request) -> tuple[wire.TopicMetadata, ...]:
+    """INVALID_TOPIC_EXCEPTION for each topic a Metadata request asks by a name the internal one cannot carry."""
+    asked = request.body.topics or ()
+    return tuple(
+        wire.TopicMetadata.model_construct(name=t.name, error=int(ErrorCode.INVALID_TOPIC_EXCEPTION))
+        for t in asked
+        if t.name is not None and not wire.carries_topic_name(t.name)
     )
 
 
@@ -599,14 +648,25 @@ def init_producer_id_response(request: Request, answer: wire.InitProducerIdRespo
     )
 
 
-def create_topics_response(request: Request, answer: wire.CreateTopicsResponse) -> Any:
+Refusals = Mapping[str, tuple[int, str]]
+"""Topics the listener answers itself, by name: (error code, message)."""
+
+
+def _topic_results(answered: Refusals) -> tuple[wire.TopicResult, ...]:
+    """Unvalidated internal results (as `_rows`) of topics answered without the controller, by name."""
+    return tuple(
+        wire.TopicResult.model_construct(name=name, error=error, message=message)
+        for name, (error, message) in answered.items()
+    )
+
+
+def create_topics_response(request: Request, answer: wire.CreateTopicsResponse, refused: Refusals = {}) -> Any:  # noqa: B006 (read only)
     schema = response_schema(request)
     result_schema = _nested(schema, "CreatableTopicResult")
     results = answer.topics
     if answer.error and not results:
-        results = tuple(
-            wire.TopicResult(name=t.name, error=answer.error, message=answer.message) for t in request.body.topics
-        )
+        names = dict.fromkeys(t.name for t in request.body.topics)
+        results = _topic_results({name: (answer.error, answer.message) for name in names if name not in refused})
     topics = tuple(
         make(
             result_schema,
@@ -618,21 +678,21 @@ def create_topics_response(request: Request, answer: wire.CreateTopicsResponse) 
             replication_factor=r.replication_factor,
             configs=None,
         )
-        for r in results
+        for r in (*results, *_topic_results(refused))
     )
     return make(schema, throttle_time=0, topics=topics)
 
 
-def delete_topics_response(request: Request, answer: wire.DeleteTopicsResponse) -> Any:
+def delete_topics_response(request: Request, answer: wire.DeleteTopicsResponse, refused: Refusals = {}) -> Any:  # noqa: B006 (read only)
     schema = response_schema(request)
     result_schema = _nested(schema, "DeletableTopicResult")
     results = answer.topics
     if answer.error and not results:
-        results = tuple(
-            wire.TopicResult(name=name, error=answer.error, message=answer.message) for name in request.body.topic_names
-        )
+        names = dict.fromkeys(request.body.topic_names)
+        results = _topic_results({name: (answer.error, answer.message) for name in names if name not in refused})
     responses = tuple(
-        make(result_schema, name=r.name, error_code=r.error, error_message=r.message or None) for r in results
+        make(result_schema, name=r.name, error_code=r.error, error_message=r.message or None)
+        for r in (*results, *_topic_results(refused))
     )
     return make(schema, throttle_time=0, responses=responses)
 
@@ -702,16 +762,11 @@ def error_response(request: Request, error: ErrorCode, message: str) -> Any:
 # -- CreatePartitions, ElectLeaders, DescribeConfigs ----------------------------------------------------------------
 
 
-def create_partitions_requests(body: Any) -> list[wire.CreatePartitionsRequest]:
-    """One internal request per topic (Hightide's CreatePartitions names one topic)."""
-    return [
-        wire.CreatePartitionsRequest(
-            topic=t.name,
-            count=t.count,
-            assignments=None if t.assignments is None else tuple(tuple(a.broker_ids) for a in t.assignments),
-        )
-        for t in body.topics
-    ]
+def create_partitions_request(topic: Any) -> wire.CreatePartitionsRequest:
+    """The internal request of one topic of a CreatePartitions (Hightide's names one topic; raises pydantic's
+    ValidationError where Hightide's bounds refuse it)."""
+    assignments = None if topic.assignments is None else tuple(tuple(a.broker_ids) for a in topic.assignments)
+    return wire.CreatePartitionsRequest(topic=topic.name, count=topic.count, assignments=assignments)
 
 
 def create_partitions_response(request: Request, results: list[tuple[str, int, str]]) -> Any:
@@ -732,9 +787,12 @@ def elect_leaders_request(body: Any) -> wire.ElectLeadersRequest:
         "unclean" if int(getattr(body, "election_type", 0)) == 1 else "preferred"
     )
     partitions = None
-    if body.topic_partitions is not None:
+    if body.topic_partitions is not None:  # the partitions it can carry (`elect_leaders_response` answers the rest)
         partitions = tuple(
-            wire.TopicPartitionRef(topic=t.topic, partition=p) for t in body.topic_partitions for p in t.partitions
+            wire.TopicPartitionRef(topic=t.topic, partition=p)
+            for t in body.topic_partitions
+            for p in t.partitions
+            if carried(t.topic, p)
         )
     return wire.ElectLeadersRequest(election_type=election_type, partitions=partitions)
 
@@ -743,12 +801,10 @@ def elect_leaders_response(request: Request, answer: wire.ElectLeadersResponse) 
     schema = response_schema(request)
     topic_schema, part_schema = _nested(schema, "ReplicaElectionResult"), _nested(schema, "PartitionResult")
     results = answer.results
-    if answer.error and not results and request.body.topic_partitions is not None:
-        results = tuple(
-            wire.ElectionResult(topic=t.topic, partition=p, error=answer.error, message=answer.message)
-            for t in request.body.topic_partitions
-            for p in t.partitions
-        )
+    asked = request.body.topic_partitions or ()
+    if answer.error and not results:
+        results = _elections(asked, held=True, error=answer.error, message=answer.message)
+    results += _elections(asked, held=False, error=UNKNOWN_TOPIC_OR_PARTITION, message="")
     topics = tuple(
         make(
             topic_schema,
@@ -762,6 +818,16 @@ def elect_leaders_response(request: Request, answer: wire.ElectLeadersResponse) 
     )
     top = answer.error if not answer.results else 0
     return make(schema, throttle_time=0, error_code=top, replica_election_results=topics)
+
+
+def _elections(asked: Iterable[Any], *, held: bool, error: int, message: str) -> tuple[wire.ElectionResult, ...]:
+    """Unvalidated results (as `_rows`) for the partitions an ElectLeaders names (its partitions are indexes)."""
+    return tuple(
+        wire.ElectionResult.model_construct(topic=t.topic, partition=p, error=error, message=message)
+        for t in asked
+        for p in t.partitions
+        if carried(t.topic, p) == held
+    )
 
 
 ConfigRow = tuple[str, str | None, int]  # name, value, source

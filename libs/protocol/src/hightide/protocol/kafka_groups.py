@@ -38,7 +38,9 @@ from hightide.protocol.kafka import (
     OFFSET_COMMIT,
     OFFSET_FETCH,
     SYNC_GROUP,
+    UNKNOWN_TOPIC_OR_PARTITION,
     Request,
+    carried,
     make,
     response_schema,
 )
@@ -229,23 +231,29 @@ def leave_group_response(request: Request, answer: wire.LeaveGroupResponse) -> A
 # -- OffsetCommit, OffsetFetch --------------------------------------------------------------------------------------
 
 
-def offset_commit_request(body: Any) -> wire.OffsetCommitRequest:
+def offset_commit_request(body: Any) -> wire.OffsetCommitRequest | None:
+    """The internal OffsetCommit of the partitions it can carry (`kafka.carried`); None when it can carry none:
+    Kafka answers a request of unknown topics only, UNKNOWN_TOPIC_OR_PARTITION each, without its coordinator."""
+    partitions = tuple(
+        wire.OffsetCommitPartition(
+            topic=t.name,
+            partition=p.partition_index,
+            committed_offset=p.committed_offset,
+            committed_leader_epoch=getattr(p, "committed_leader_epoch", -1),
+            committed_metadata=p.committed_metadata,
+        )
+        for t in body.topics
+        for p in t.partitions
+        if carried(t.name, p.partition_index)
+    )
+    if not partitions:
+        return None
     return wire.OffsetCommitRequest(
         group_id=body.group_id,
         generation_id=body.generation_id_or_member_epoch,
         member_id=body.member_id,
         group_instance_id=getattr(body, "group_instance_id", None),
-        partitions=tuple(
-            wire.OffsetCommitPartition(
-                topic=t.name,
-                partition=p.partition_index,
-                committed_offset=p.committed_offset,
-                committed_leader_epoch=getattr(p, "committed_leader_epoch", -1),
-                committed_metadata=p.committed_metadata,
-            )
-            for t in body.topics
-            for p in t.partitions
-        ),
+        partitions=partitions,
     )
 
 
@@ -262,10 +270,12 @@ def offset_commit_response(request: Request, answer: wire.OffsetCommitResponse) 
         _nested(schema, "OffsetCommitResponseTopic"),
         _nested(schema, "OffsetCommitResponsePartition"),
     )
+    asked = [(t.name, p.partition_index) for t in request.body.topics for p in t.partitions]
     if answer.partitions:
         rows = [(p.topic, (p.partition, p.error)) for p in answer.partitions]
     else:
-        rows = [(t.name, (p.partition_index, answer.error)) for t in request.body.topics for p in t.partitions]
+        rows = [(name, (index, answer.error)) for name, index in asked if carried(name, index)]
+    rows += [(name, (index, UNKNOWN_TOPIC_OR_PARTITION)) for name, index in asked if not carried(name, index)]
     topics = tuple(
         make(
             topic_schema,
@@ -278,9 +288,26 @@ def offset_commit_response(request: Request, answer: wire.OffsetCommitResponse) 
 
 
 def _fetch_partitions(topics: Any) -> tuple[wire.TopicPartitionRef, ...] | None:
+    """The partitions asked that the internal request can carry (`_uncarried` answers the others)."""
     if topics is None:
         return None
-    return tuple(wire.TopicPartitionRef(topic=t.name, partition=p) for t in topics for p in t.partition_indexes)
+    return tuple(
+        wire.TopicPartitionRef(topic=t.name, partition=p)
+        for t in topics
+        for p in t.partition_indexes
+        if carried(t.name, p)
+    )
+
+
+def _uncarried(topics: Any) -> list[tuple[str, Any]]:
+    """A partition asked that the internal request cannot carry is no partition with a committed offset: -1 and no
+    error, as Kafka answers a topic it does not have. Unvalidated rows (`kafka._rows`)."""
+    return [
+        (t.name, wire.OffsetFetchPartitionResponse.model_construct(topic=t.name, partition=p))
+        for t in topics or ()
+        for p in t.partition_indexes
+        if not carried(t.name, p)
+    ]
 
 
 def offset_fetch_requests(body: Any) -> list[wire.OffsetFetchRequest]:
@@ -298,6 +325,7 @@ def _fetch_topics(
     asked: wire.OffsetFetchRequest,
     answer: wire.OffsetFetchResponse,
     partition_error: bool,
+    topics_asked: Any,
 ) -> tuple[Any, ...]:
     rows: list[tuple[str, Any]]
     if answer.partitions or asked.partitions is None:
@@ -307,6 +335,7 @@ def _fetch_topics(
             (ref.topic, wire.OffsetFetchPartitionResponse(topic=ref.topic, partition=ref.partition))
             for ref in asked.partitions
         ]
+    rows += _uncarried(topics_asked)
     return tuple(
         make(
             topic_schema,
@@ -341,10 +370,10 @@ def offset_fetch_response(
             make(
                 group_schema,
                 group_id=asked.group_id,
-                topics=_fetch_topics(topic_schema, part_schema, asked, answer, False),
+                topics=_fetch_topics(topic_schema, part_schema, asked, answer, False, group.topics),
                 error_code=answer.error,
             )
-            for asked, answer in answers
+            for (asked, answer), group in zip(answers, request.body.groups, strict=True)
         )
         return make(schema, throttle_time=0, groups=groups)
     asked, answer = answers[0]
@@ -353,7 +382,7 @@ def offset_fetch_response(
         _nested(schema, "OffsetFetchResponsePartition"),
     )
     partition_error = request.api_version < 2  # v1 has no top-level error
-    topics = _fetch_topics(topic_schema, part_schema, asked, answer, partition_error)
+    topics = _fetch_topics(topic_schema, part_schema, asked, answer, partition_error, request.body.topics)
     return make(schema, throttle_time=0, topics=topics, error_code=answer.error)
 
 

@@ -17,6 +17,7 @@ InitProducerId, DescribeCluster), reduced to what Hightide uses.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgpack
@@ -32,9 +33,21 @@ NonNegInt32 = Annotated[int, Field(ge=0, le=2**31 - 1)]
 BrokerId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 ReplicaId = Annotated[int, Field(ge=-1, le=2**31 - 1)]
 PartitionId = Annotated[int, Field(ge=0, le=2**31 - 1)]
-TopicName = Annotated[str, StringConstraints(min_length=1, max_length=249, pattern=r"^[a-zA-Z0-9._-]+$")]
+TOPIC_NAME_PATTERN: Final = r"^[a-zA-Z0-9._-]+$"
+TOPIC_NAME_LENGTH_MAX: Final = 249
+TopicName = Annotated[
+    str, StringConstraints(min_length=1, max_length=TOPIC_NAME_LENGTH_MAX, pattern=TOPIC_NAME_PATTERN)
+]
+_TOPIC_NAME: Final = re.compile(TOPIC_NAME_PATTERN)
 ShortText = Annotated[str, StringConstraints(max_length=4096)]
 ConfigName = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+
+
+def carries_topic_name(name: str | None) -> bool:
+    """Whether `TopicName` admits `name` (Kafka's legal characters and length; "." and ".." too, which Kafka's
+    Topic.validate refuses and the controller's topic rules answer). A name it does not admit can name no topic."""
+    return name is not None and len(name) <= TOPIC_NAME_LENGTH_MAX and _TOPIC_NAME.fullmatch(name) is not None
+
 
 PARTITIONS_PER_REQUEST_MAX: Final = 10_000
 TOPICS_PER_REQUEST_MAX: Final = 1_000

@@ -66,7 +66,10 @@ async def _answer(listener: KafkaListener, request: kafka.Request) -> Any:
         left = await service.kafka_request(BrokerApi.LEAVE_GROUP, kg.leave_group_request(body))
         return kg.leave_group_response(request, left)
     if key == kafka.OFFSET_COMMIT:
-        committed = await service.kafka_request(BrokerApi.OFFSET_COMMIT, kg.offset_commit_request(body))
+        commit = kg.offset_commit_request(body)
+        committed = wire.OffsetCommitResponse()
+        if commit is not None:
+            committed = await service.kafka_request(BrokerApi.OFFSET_COMMIT, commit)
         return kg.offset_commit_response(request, committed)
     if key == kafka.OFFSET_FETCH:
         answers = []

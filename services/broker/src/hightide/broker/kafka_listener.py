@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from hightide.broker import kafka_groups
 from hightide.broker.kafka_security import ConnectionAuthenticator, ListenerSecurity, listener_security
 from hightide.core import topic_configs
+from hightide.core.topic_rules import DUPLICATE_TOPIC_NAME, duplicate_names, no_such_topic, topic_name_error
 from hightide.protocol import events, kafka, kafka_sasl, wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.subjects import BrokerApi, ControllerApi
@@ -211,7 +212,7 @@ class KafkaListener:
         if request.api_key != kafka.PRODUCE or request.body is None:
             return None
         try:
-            return kafka.produce_request(request.body)
+            return kafka.produce_request(request.body)  # None: no partition it can carry (`_answer` answers)
         except ValidationError:
             return None  # `_answer` gives the error answer, in order
 
@@ -234,8 +235,10 @@ class KafkaListener:
                 return kafka.unsupported_version_response(request)
             if key == kafka.PRODUCE:
                 produce = kafka.produce_request(request.body)
-                answer = await self.service.kafka_request(BrokerApi.PRODUCE, produce)
-                if produce.acks == 0:
+                answer = wire.ProduceResponse()
+                if produce is not None:
+                    answer = await self.service.kafka_request(BrokerApi.PRODUCE, produce)
+                if int(request.body.acks) == 0:
                     return None
                 return kafka.produce_response(request, answer)
             if key == kafka.FETCH:
@@ -243,14 +246,16 @@ class KafkaListener:
                 fetched = None if fetch is None else await self.service.kafka_request(BrokerApi.FETCH, fetch)
                 return kafka.fetch_response(request, fetched)
             if key == kafka.LIST_OFFSETS:
-                listed = await self.service.kafka_request(
-                    BrokerApi.LIST_OFFSETS, kafka.list_offsets_request(request.body)
-                )
+                listing = kafka.list_offsets_request(request.body)
+                listed = wire.ListOffsetsResponse()
+                if listing is not None:
+                    listed = await self.service.kafka_request(BrokerApi.LIST_OFFSETS, listing)
                 return kafka.list_offsets_response(request, listed)
             if key == kafka.OFFSET_FOR_LEADER_EPOCH:
-                epochs = await self.service.kafka_request(
-                    BrokerApi.OFFSETS_FOR_LEADER_EPOCH, kafka.offsets_for_leader_epoch_request(request.body)
-                )
+                query = kafka.offsets_for_leader_epoch_request(request.body)
+                epochs = wire.OffsetsForLeaderEpochResponse()
+                if query is not None:
+                    epochs = await self.service.kafka_request(BrokerApi.OFFSETS_FOR_LEADER_EPOCH, query)
                 return kafka.offsets_for_leader_epoch_response(request, epochs)
             if key == kafka.METADATA:
                 metadata = await self.service.kafka_request(BrokerApi.METADATA, kafka.metadata_request(request.body))
@@ -278,27 +283,14 @@ class KafkaListener:
                 )
                 return kafka.init_producer_id_response(request, ids)
             if key == kafka.CREATE_TOPICS:
-                if request.body.validate_only:
-                    return kafka.error_response(
-                        request, ErrorCode.INVALID_REQUEST, "validate_only is not supported by Hightide"
-                    )
-                created = await self._controller(
-                    ControllerApi.CREATE_TOPICS,
-                    kafka.create_topics_request(request.body),
-                    wire.CreateTopicsResponse,
-                    # The client's timeout, but never shorter than the broker's own wait for the controller: a
-                    # timeout of 0 (do not wait) must not turn a creation under way into REQUEST_TIMED_OUT.
-                    timeout_ms=max(
-                        int(request.body.timeout.total_seconds() * 1000),
-                        self.service.settings.controller_request_timeout_ms,
-                    ),
-                )
-                return kafka.create_topics_response(request, created)
+                return await self._create_topics(request)
             if key == kafka.DELETE_TOPICS:
-                deleted = await self._controller(
-                    ControllerApi.DELETE_TOPICS, kafka.delete_topics_request(request.body), wire.DeleteTopicsResponse
-                )
-                return kafka.delete_topics_response(request, deleted)
+                unknown = _refusals(list(request.body.topic_names), unknown=True)
+                deletion = kafka.delete_topics_request(request.body, unknown)
+                deleted = wire.DeleteTopicsResponse()
+                if deletion is not None:
+                    deleted = await self._controller(ControllerApi.DELETE_TOPICS, deletion, wire.DeleteTopicsResponse)
+                return kafka.delete_topics_response(request, deleted, unknown)
             if key == kafka.DESCRIBE_CLUSTER:
                 described = await self._controller(
                     ControllerApi.DESCRIBE_CLUSTER, wire.DescribeClusterRequest(), wire.DescribeClusterResponse
@@ -319,9 +311,8 @@ class KafkaListener:
             if key in kafka_groups.SERVED_APIS:
                 return await kafka_groups.answer(self, request)
         except ValidationError as error:
-            # A request Kafka's schema allows and Hightide's bounds refuse (an empty batch, a bad topic name).
-            message = str(error.errors()[0].get("msg", "invalid request"))[:256]
-            return kafka.error_response(request, ErrorCode.INVALID_REQUEST, message)
+            # A request Kafka's schema allows and Hightide's bounds refuse (an empty batch, too many partitions).
+            return kafka.error_response(request, ErrorCode.INVALID_REQUEST, _first_error(error))
         except RequestFailed as error:
             return kafka.error_response(request, error.error_code, str(error))
         raise AssertionError(f"a served API without a handler: {key}")
@@ -339,18 +330,54 @@ class KafkaListener:
     ) -> Any:
         return await self.service._controller(api, body, kind, timeout_ms)
 
+    async def _create_topics(self, request: kafka.Request) -> Any:
+        """ControllerApis' checks before the controller: a name given twice (none of its entries acted on) and, here,
+        a topic the internal request cannot carry, are answered by the listener; the rest go to the controller."""
+        body = request.body
+        if body.validate_only:
+            return kafka.error_response(
+                request, ErrorCode.INVALID_REQUEST, "validate_only is not supported by Hightide"
+            )
+        refused = dict(_refusals([topic.name for topic in body.topics], unknown=False))
+        for topic in body.topics:
+            if topic.name not in refused:
+                try:
+                    kafka.creatable_topic(topic)
+                except ValidationError as error:
+                    refused[topic.name] = (int(ErrorCode.INVALID_REQUEST), _first_error(error))
+        creation = kafka.create_topics_request(body, refused)
+        created = wire.CreateTopicsResponse()
+        if creation is not None:
+            created = await self._controller(
+                ControllerApi.CREATE_TOPICS,
+                creation,
+                wire.CreateTopicsResponse,
+                # The client's timeout, but never shorter than the broker's own wait for the controller: a
+                # timeout of 0 (do not wait) must not turn a creation under way into REQUEST_TIMED_OUT.
+                timeout_ms=max(
+                    int(body.timeout.total_seconds() * 1000), self.service.settings.controller_request_timeout_ms
+                ),
+            )
+        return kafka.create_topics_response(request, created, refused)
+
     async def _create_partitions(self, request: kafka.Request) -> Any:
         if request.body.validate_only:
             return kafka.error_response(
                 request, ErrorCode.INVALID_REQUEST, "validate_only is not supported by Hightide"
             )
-        results: list[tuple[str, int, str]] = []
-        for one in kafka.create_partitions_requests(request.body):
+        refused = _refusals([topic.name for topic in request.body.topics], unknown=True)
+        results = [(name, error, message) for name, (error, message) in refused.items()]
+        for topic in request.body.topics:
+            if topic.name in refused:
+                continue
             try:
+                one = kafka.create_partitions_request(topic)
                 answer = await self._controller(ControllerApi.CREATE_PARTITIONS, one, wire.CreatePartitionsResponse)
                 results.append((one.topic, answer.error, answer.message))
+            except ValidationError as error:
+                results.append((topic.name, int(ErrorCode.INVALID_REQUEST), _first_error(error)))
             except RequestFailed as error:
-                results.append((one.topic, int(error.error_code), str(error)))
+                results.append((topic.name, int(error.error_code), str(error)))
         return kafka.create_partitions_response(request, results)
 
     async def _describe_configs(self, request: kafka.Request) -> Any:
@@ -463,3 +490,27 @@ class _Pipeline:
     def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
+
+
+def _first_error(error: ValidationError) -> str:
+    return str(error.errors()[0].get("msg", "invalid request"))[:256]
+
+
+def _refusals(names: list[str], *, unknown: bool) -> kafka.Refusals:
+    """The topics of a CreateTopics (`unknown` false), DeleteTopics or CreatePartitions (`unknown` true) that the
+    listener answers, by name, in the order first named: a name given twice, INVALID_REQUEST (ControllerApis'
+    check, before any other); a name the internal request cannot carry, INVALID_TOPIC_EXCEPTION with Kafka's reason
+    where the topic would be created, else UNKNOWN_TOPIC_OR_PARTITION (no topic has such a name)."""
+    duplicated = duplicate_names(names)
+    refused: dict[str, tuple[int, str]] = {}
+    for name in dict.fromkeys(names):
+        if name in duplicated:
+            refused[name] = (int(ErrorCode.INVALID_REQUEST), DUPLICATE_TOPIC_NAME)
+        elif not wire.carries_topic_name(name):
+            illegal = topic_name_error(name) or "illegal topic name"
+            refused[name] = (
+                (int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), no_such_topic(name))
+                if unknown
+                else (int(ErrorCode.INVALID_TOPIC_EXCEPTION), illegal)
+            )
+    return refused

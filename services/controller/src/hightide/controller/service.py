@@ -29,7 +29,7 @@ import base64
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -40,6 +40,7 @@ from nats.aio.msg import Msg
 from hightide.core.controller import ControllerConfig, ControllerResult, ReplicationControl
 from hightide.core.metadata_image import MetadataImage, TopicPartition
 from hightide.core.replica_manager import broker_metadata
+from hightide.core.topic_rules import DUPLICATE_TOPIC_NAME, duplicate_names
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode, HightideError
 from hightide.protocol.events import ControllerDeposed, LeaderElected
@@ -365,9 +366,12 @@ class ControllerService:
 
     async def _on_create_topics(self, msg: Msg) -> wire.Response:
         request = wire.decode(wire.CreateTopicsRequest, msg.data)
+        duplicated = duplicate_names([topic.name for topic in request.topics])
         results = []
         for topic in request.topics:
             assert self.control is not None
+            if topic.name in duplicated:
+                continue
             try:
                 result = self.control.create_topic(
                     topic.name,
@@ -391,16 +395,19 @@ class ControllerService:
                     replication_factor=answer.replication_factor,
                 )
             )
-        return wire.CreateTopicsResponse(topics=tuple(results))
+        return wire.CreateTopicsResponse(topics=(*results, *_duplicates([topic.name for topic in request.topics])))
 
     async def _on_delete_topics(self, msg: Msg) -> wire.Response:
         request = wire.decode(wire.DeleteTopicsRequest, msg.data)
+        duplicated = duplicate_names(request.topics)
         results = []
         for name in request.topics:
             assert self.control is not None
+            if name in duplicated:
+                continue
             answer = await self._commit(self.control.delete_topic(name))
             results.append(wire.TopicResult(name=name, error=int(answer.error), message=answer.message))
-        return wire.DeleteTopicsResponse(topics=tuple(results))
+        return wire.DeleteTopicsResponse(topics=(*results, *_duplicates(request.topics)))
 
     async def _on_create_partitions(self, msg: Msg) -> wire.Response:
         request = wire.decode(wire.CreatePartitionsRequest, msg.data)
@@ -482,3 +489,15 @@ def new_topic_id() -> str:
 
 def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+def _duplicates(names: Sequence[str]) -> tuple[wire.TopicResult, ...]:
+    """ControllerApis' answer to a topic named more than once in a CreateTopics or DeleteTopics: one INVALID_REQUEST
+    result per such name (in the order of their first mention), after the others' results; none of its entries is
+    acted on."""
+    duplicated = duplicate_names(names)
+    return tuple(
+        wire.TopicResult(name=name, error=int(ErrorCode.INVALID_REQUEST), message=DUPLICATE_TOPIC_NAME)
+        for name in dict.fromkeys(names)
+        if name in duplicated
+    )
