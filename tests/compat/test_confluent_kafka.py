@@ -8,6 +8,7 @@ conditions with deadlines.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -16,7 +17,7 @@ from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, 
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic, ResourceType
 
 from hightide.client.local_cluster import LocalCluster
-from support.cluster_cli import describe, wait_for
+from support.cluster_cli import describe, hightide, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -95,6 +96,49 @@ def test_admin_client_illegal_and_duplicate_names_are_answered_per_topic(bootstr
     metadata = admin.list_topics(topic=illegal, timeout=15)
     assert metadata.topics[illegal].error.code() == KafkaError.TOPIC_EXCEPTION
     assert admin.delete_topics(["ck-legal"])["ck-legal"].result(timeout=30) is None
+
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def test_every_compression_type_crosses_between_librdkafka_and_the_own_client(
+    cluster: LocalCluster, bootstrap: str
+) -> None:
+    """Kafka's five compression.type values: librdkafka's batches (snappy as one raw block) are accepted and read
+    back by librdkafka and by `hightide consume`; the own producer's (snappy in snappy-java's framing, as Kafka's
+    Java producer writes it) are read by librdkafka."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assert admin.create_topics([NewTopic("ck-codecs", 1, 3)])["ck-codecs"].result(timeout=30) is None
+    sent = []
+    failed: list[Any] = []
+    for codec in CODECS:
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "compression.type": codec})
+        for i in range(20):
+            value = f"{codec}-{i}-".encode() * 20
+            producer.produce("ck-codecs", value, partition=0, on_delivery=lambda e, _m: failed.append(e) if e else None)
+            sent.append(value.decode())
+        assert producer.flush(30) == 0 and failed == [], (codec, failed)
+    for codec in CODECS:
+        result = hightide(cluster.data_dir, "produce", "ck-codecs", "--partition", "0", "--compression", codec,
+                          stdin="".join(f"own-{codec}-{i}\n" for i in range(20)))  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        sent += [f"own-{codec}-{i}" for i in range(20)]
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ck-codecs", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("ck-codecs", 0, 0)])
+    read: list[str] = []
+    deadline = time.monotonic() + 60
+    while len(read) < len(sent) and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is not None:
+            assert message.error() is None, message.error()
+            read.append((message.value() or b"").decode())
+    consumer.close()
+    assert read == sent
+    own = hightide(cluster.data_dir, "consume", "ck-codecs", "--from-beginning", "--max-messages", str(len(sent)),
+                   "--timeout-ms", "30000", "--format", "json")  # fmt: skip
+    assert own.returncode == 0, own.stderr
+    assert [json.loads(line)["value"] for line in own.stdout.splitlines()] == sent
 
 
 def test_idempotent_acks_all_then_assigned_consume(cluster: LocalCluster, bootstrap: str) -> None:

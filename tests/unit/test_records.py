@@ -12,6 +12,7 @@ import struct
 import zlib
 from collections.abc import Callable
 
+import cramjam
 import lz4.frame
 import pytest
 import zstandard
@@ -41,7 +42,7 @@ from hightide.protocol.records import (
     validate_batches,
 )
 
-CODECS = [Compression.NONE, Compression.GZIP, Compression.LZ4, Compression.ZSTD]
+CODECS = [Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
 
 
 def crc32c_reference(data: bytes) -> int:
@@ -305,6 +306,29 @@ def test_compressed_records_are_one_blob_in_each_codecs_standard_framing() -> No
     assert lz4.frame.decompress(lz4_blob) == plain_blob
     assert zstd_blob[:4] == b"\x28\xb5\x2f\xfd"  # zstd frame magic
     assert zstandard.ZstdDecompressor().decompress(zstd_blob) == plain_blob
+    # snappy-java's SnappyOutputStream framing (Kafka's Java producer): magic, version 1, compatible version 1,
+    # then each block's int32 length and raw snappy bytes
+    snappy_blob = encode_batch(values, compression=Compression.SNAPPY)[BATCH_HEADER_SIZE:]
+    assert snappy_blob[:16] == b"\x82SNAPPY\x00" + b"\x00\x00\x00\x01" * 2
+    (block_size,) = struct.unpack_from(">i", snappy_blob, 16)
+    assert len(snappy_blob) == 20 + block_size
+    assert bytes(cramjam.snappy.decompress_raw(snappy_blob[20:])) == plain_blob
+
+
+def test_snappy_decodes_as_librdkafka_and_java_write_it() -> None:
+    """librdkafka writes one raw snappy block; Java writes xerial framing in blocks of at most 32 KiB. Both are read,
+    and the encoder's blocks are 32 KiB, so a larger batch spans several."""
+    plain = b"".join(record(i, b"v%05d" % i * 40) for i in range(400))
+    raw = bytes(cramjam.snappy.compress_raw(plain))
+    data = build_batch(raw, record_count=400, last_offset_delta=399, attributes=Compression.SNAPPY)
+    assert [r.value for r in decode_batch(data)[1]][-1] == b"v00399" * 40
+    blocks = [bytes(cramjam.snappy.compress_raw(plain[i : i + 32_768])) for i in range(0, len(plain), 32_768)]
+    assert len(blocks) > 1
+    framed = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + b"".join(struct.pack(">i", len(b)) + b for b in blocks)
+    data = build_batch(framed, record_count=400, last_offset_delta=399, attributes=Compression.SNAPPY)
+    assert len(decode_batch(data)[1]) == 400
+    encoded = encode_batch([b"v%05d" % i * 40 for i in range(400)], compression=Compression.SNAPPY)
+    assert encoded.count(b"\x82SNAPPY") == 1 and len(decode_batch(encoded)[1]) == 400
 
 
 def test_a_zstd_frame_without_content_size_decodes_as_kafkas_zstd_jni_writes_it() -> None:
@@ -349,8 +373,6 @@ def test_encoding_rejects_programmer_errors_with_value_error() -> None:
         encode_batch([b"a"], keys=[b"k", b"k"])
     with pytest.raises(ValueError, match="timestamps"):
         encode_batch([b"a"], timestamps=[1, 2])
-    with pytest.raises(ValueError, match="snappy"):
-        encode_batch([b"a"], compression=Compression.SNAPPY)
     with pytest.raises(ValueError, match="out of range"):
         encode_batch([b"a"], partition_leader_epoch=2**31)
 
@@ -457,8 +479,8 @@ def test_a_batch_over_the_size_limit_is_record_too_large_before_anything_else() 
     assert rejection(lambda: validate_batches(damaged, max_batch_bytes=100)).error_code is ErrorCode.RECORD_TOO_LARGE
 
 
-def test_snappy_and_unknown_codecs_are_unsupported_compression_types() -> None:
-    for codec in (Compression.SNAPPY, 5, 6, 7):
+def test_unknown_codecs_are_unsupported_compression_types() -> None:
+    for codec in (5, 6, 7):
         data = build_batch(b"\x00" * 10, record_count=1, last_offset_delta=0, attributes=codec)
         error = rejection(lambda data=data: decode_batch(data))
         assert error.error_code is ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
@@ -549,14 +571,35 @@ def test_a_broken_compressed_stream_is_corrupt() -> None:
         Compression.ZSTD: zstandard.ZstdCompressor(write_content_size=False).compress(plain),
     }
     for codec, stream in streams.items():
-        for broken, message in ((stream[:-4], ""), (b"garbage!" * 4, "decompression failed")):
-            data = build_batch(broken, record_count=1, last_offset_delta=0, attributes=codec)
-            error = rejection(lambda data=data: decode_batch(data))
-            assert error.error_code is ErrorCode.CORRUPT_MESSAGE, (codec, str(error))
-            assert f"batch at byte 0: {codec.name.lower()}" in str(error)
-            assert message in str(error)
+        _assert_broken_is_corrupt(codec, stream)
     gzip_with_tail = build_batch(streams[Compression.GZIP] + b"xx", record_count=1, last_offset_delta=0, attributes=1)
     assert "followed by 2 stray bytes" in str(rejection(lambda: decode_batch(gzip_with_tail)))
+
+
+def test_a_broken_snappy_stream_is_corrupt() -> None:
+    plain = record(0, b"a" * 200)
+    raw = bytes(cramjam.snappy.compress_raw(plain))
+    framed = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", len(raw)) + raw
+    _assert_broken_is_corrupt(Compression.SNAPPY, raw)
+    _assert_broken_is_corrupt(Compression.SNAPPY, framed)
+    for broken, message in (
+        (framed[:18], "length is cut short"),  # the header, then half a block length
+        (framed[:16] + struct.pack(">i", 9_999) + raw, "runs past"),
+        (framed[:16] + struct.pack(">i", -1) + raw, "runs past"),
+    ):
+        data = build_batch(broken, record_count=1, last_offset_delta=0, attributes=Compression.SNAPPY)
+        error = rejection(lambda data=data: decode_batch(data))
+        assert error.error_code is ErrorCode.CORRUPT_MESSAGE and message in str(error), str(error)
+
+
+def _assert_broken_is_corrupt(codec: Compression, stream: bytes) -> None:
+    """A stream cut short, and bytes that are no stream of the codec, are CORRUPT_MESSAGE naming the codec."""
+    for broken, message in ((stream[:-4], ""), (b"garbage!" * 4, "decompression failed")):
+        data = build_batch(broken, record_count=1, last_offset_delta=0, attributes=codec)
+        error = rejection(lambda data=data: decode_batch(data))
+        assert error.error_code is ErrorCode.CORRUPT_MESSAGE, (codec, str(error))
+        assert f"batch at byte 0: {codec.name.lower()}" in str(error)
+        assert message in str(error)
 
 
 @pytest.mark.parametrize(
@@ -566,6 +609,8 @@ def test_a_broken_compressed_stream_is_corrupt() -> None:
         lambda data: (Compression.LZ4, lz4.frame.compress(data, store_size=False)),
         lambda data: (Compression.ZSTD, zstandard.ZstdCompressor(write_content_size=False).compress(data)),
         lambda data: (Compression.ZSTD, zstandard.ZstdCompressor().compress(data)),
+        lambda data: (Compression.SNAPPY, bytes(cramjam.snappy.compress_raw(data))),
+        lambda data: (Compression.SNAPPY, records_module._snappy_xerial(data)),
     ],
 )
 def test_records_that_inflate_past_the_limit_are_rejected_without_inflating_them(

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final, NamedTuple
 
+import cramjam
 import crc32c
 import lz4.frame
 import zstandard
@@ -483,8 +484,6 @@ def encode_batch(
             raise ValueError(f"{len(timestamps)} timestamps for {count} values")
         base_timestamp, max_timestamp = timestamps[0], max(timestamps)
     compression = Compression(compression)
-    if compression is Compression.SNAPPY:
-        raise ValueError("snappy compression is not supported")
     if timestamp_type not in (0, 1):
         raise ValueError(f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), not {timestamp_type}")
 
@@ -585,9 +584,60 @@ def _compress(compression: Compression, data: bytes) -> bytes:
             store_size=False,
         )
         return compressed
+    if compression is Compression.SNAPPY:
+        return _snappy_xerial(data)
     assert compression is Compression.ZSTD
     # A compressor per call: contexts are not thread-safe, and making one costs about 2 us per batch.
     return zstandard.ZstdCompressor(level=3).compress(data)
+
+
+# Snappy as Kafka's clients write it. Java's (snappy-java's SnappyOutputStream, which Kafka's SnappyFactory wraps)
+# writes the "xerial" framing: this 16-byte header (magic, version 1, compatible version 1), then blocks of at most
+# 32 KiB, each a big-endian int32 length and a raw snappy block. librdkafka writes one raw snappy block, and reads
+# either (`rd_kafka_snappy_java_uncompress` when the magic is there); snappy-java reads either too.
+SNAPPY_XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
+_SNAPPY_XERIAL_HEADER: Final = SNAPPY_XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_SNAPPY_XERIAL_BLOCK: Final = 32 * 1024
+_SNAPPY_LENGTH: Final = struct.Struct(">i")
+
+
+def _snappy_xerial(data: bytes) -> bytes:
+    """`data` in the xerial framing, as Kafka's Java producer writes snappy."""
+    parts = [_SNAPPY_XERIAL_HEADER]
+    view = memoryview(data)
+    for start in range(0, len(data), _SNAPPY_XERIAL_BLOCK):
+        block = bytes(cramjam.snappy.compress_raw(view[start : start + _SNAPPY_XERIAL_BLOCK]))
+        parts.append(_SNAPPY_LENGTH.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _decompress_snappy(data: memoryview, limit: int) -> bytes:
+    """A snappy records blob, xerial-framed (Java clients) or one raw block (librdkafka). Each raw block states its
+    inflated size first; over `limit` in all, nothing is inflated (ValueError)."""
+    if len(data) < len(_SNAPPY_XERIAL_HEADER) or bytes(data[: len(SNAPPY_XERIAL_MAGIC)]) != SNAPPY_XERIAL_MAGIC:
+        return _snappy_block(data, limit)
+    out: list[bytes] = []
+    pos, room = len(_SNAPPY_XERIAL_HEADER), limit
+    while pos < len(data):
+        if pos + _SNAPPY_LENGTH.size > len(data):
+            raise ValueError(f"a block's length is cut short at byte {pos} of {len(data)}")
+        (size,) = _SNAPPY_LENGTH.unpack_from(data, pos)
+        pos += _SNAPPY_LENGTH.size
+        if size < 0 or pos + size > len(data):
+            raise ValueError(f"a block of {size} bytes at byte {pos} runs past the {len(data)} bytes of the stream")
+        block = _snappy_block(data[pos : pos + size], room)
+        room -= len(block)
+        out.append(block)
+        pos += size
+    return b"".join(out)
+
+
+def _snappy_block(block: memoryview, limit: int) -> bytes:
+    inflated = cramjam.snappy.decompress_raw_len(block)
+    if inflated > limit:
+        raise ValueError(f"a block states {inflated} inflated bytes, over the {limit} left of the limit")
+    return bytes(cramjam.snappy.decompress_raw(block))
 
 
 # --- decoding -------------------------------------------------------------------------------------------
@@ -746,9 +796,11 @@ def _decompress(pos: int, compression: Compression, data: memoryview) -> bytes:
             complete, trailing = decoder.eof, len(decoder.unused_data or b"")
         elif compression is Compression.ZSTD:
             out, complete, trailing = _decompress_zstd(data, limit), True, 0
+        elif compression is Compression.SNAPPY:
+            out, complete, trailing = _decompress_snappy(data, limit), True, 0
         else:
             raise InvalidRecordBatch(f"{where} compression is not supported", ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
-    except (zlib.error, zstandard.ZstdError, RuntimeError, ValueError) as e:
+    except (zlib.error, zstandard.ZstdError, cramjam.DecompressionError, RuntimeError, ValueError) as e:
         raise InvalidRecordBatch(f"{where} decompression failed: {e}") from None
     if len(out) > limit:
         raise InvalidRecordBatch(f"{where} records inflate beyond {limit} bytes")

@@ -22,6 +22,7 @@ from typing import Any
 
 from hightide.client import bench, canary, commands, demo, events_cli, group_commands
 from hightide.client.local_cluster import ClusterError
+from hightide.client.producer import COMPRESSION_TYPES
 from hightide.client.reassign_cli import add_reassign_command  # partition reassignment (issue 13)
 from hightide.client.scram_cli import add_scram_command  # the Kafka listener's SCRAM users (issue 15)
 from hightide.protocol.errors import HightideError
@@ -180,7 +181,9 @@ def _client_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     produce.add_argument("--key-separator", default="\t")
     produce.add_argument("--linger-ms", type=int)
     produce.add_argument("--batch-size", type=int)
-    produce.add_argument("--compression", choices=["none"], default="none")
+    produce.add_argument(
+        "--compression", choices=list(COMPRESSION_TYPES), default=None, help="compression.type (default none)"
+    )
     produce.add_argument("--count", type=int)
     produce.add_argument("--rate", type=_positive)
     produce.add_argument("--value-size", type=int)

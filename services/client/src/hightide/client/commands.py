@@ -482,6 +482,8 @@ def produce(args: argparse.Namespace) -> int:
         props["linger.ms"] = str(args.linger_ms)
     if args.batch_size is not None:
         props["batch.size"] = str(args.batch_size)
+    if args.compression is not None:
+        props["compression.type"] = args.compression
     try:
         config = ProducerConfig.from_properties(props)
     except ValueError as error:

@@ -67,13 +67,16 @@ from hightide.core.partitioner import (
 )
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode
-from hightide.protocol.records import encode_batch
+from hightide.protocol.records import Compression, encode_batch
 from hightide.protocol.subjects import BrokerApi, ControllerApi, broker_api
 from hightide.protocol.wire import encode
 from hightide.runtime.rpc import RequestFailed
 
 RECORD_OVERHEAD_BYTES: Final = 24
 _ACKS: Final = {"all": -1, "-1": -1, "1": 1, "0": 0}
+COMPRESSION_TYPES: Final = {"none": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
+                            "lz4": Compression.LZ4, "zstd": Compression.ZSTD}  # fmt: skip
+"""Kafka's compression.type values for a producer, and the codec each writes a batch's records in."""
 _BOOLEANS: Final = frozenset(
     {"enable_idempotence", "partitioner_adaptive_partitioning_enable", "partitioner_ignore_keys"}
 )
@@ -106,8 +109,14 @@ class ProducerConfig:
     partitioner_adaptive_partitioning_enable: bool = True
     partitioner_availability_timeout_ms: int = 0
     partitioner_ignore_keys: bool = False
+    compression_type: str = "none"
 
     def __post_init__(self) -> None:
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise ValueError(
+                f"Invalid value {self.compression_type} for configuration compression.type: "
+                f"String must be one of: {', '.join(COMPRESSION_TYPES)}"
+            )
         if self.partitioner_availability_timeout_ms < 0:
             raise ValueError(
                 f"Invalid value {self.partitioner_availability_timeout_ms} for configuration "
@@ -137,6 +146,8 @@ class ProducerConfig:
                 if text not in _ACKS:
                     raise ValueError(f"Invalid value {text} for configuration acks")
                 values["acks"] = _ACKS[text]
+            elif attribute == "compression_type":
+                values[attribute] = text.strip()
             elif attribute in _BOOLEANS:
                 if text.strip().lower() not in ("true", "false"):
                     raise ValueError(
@@ -547,6 +558,7 @@ class Producer:
             producer_id=batch.producer_id,
             producer_epoch=batch.producer_epoch,
             base_sequence=batch.sequence,
+            compression=COMPRESSION_TYPES[self.config.compression_type],
         )
 
     async def _send_once(self, queue: _PartitionQueue, batch: _Batch) -> None:
