@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
@@ -408,3 +408,29 @@ def test_join_group_before_v4_adds_the_new_member_at_once(cluster: LocalCluster)
     assert [m.member_id for m in joined.members] == [joined.member_id]
     left = kafka_wire.call(coordinator, kafka.LEAVE_GROUP, 0, group_id=group, member_id=joined.member_id)
     assert int(left.error_code) == 0
+
+
+def test_commits_for_partitions_the_cluster_does_not_have_are_unknown_topic_or_partition(bootstrap: str) -> None:
+    """KafkaApis checks its metadata before the coordinator: a commit for a topic that does not exist, one whose
+    name no topic can have, or a partition past the topic's count, is UNKNOWN_TOPIC_OR_PARTITION and commits
+    nothing; the partitions that do exist in the same request are committed."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assert admin.create_topics([NewTopic("ck-commit-known", 1, 3)])["ck-commit-known"].result(timeout=30) is None
+    wait_for(lambda: "ck-commit-known" in admin.list_topics(timeout=15).topics, 30, "the topic in the metadata")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ck-commit-unknown", "enable.auto.commit": False})
+    try:
+        for topic, partition in (("ck-no-such-topic", 0), ("no spaces!", 0), ("ck-commit-known", 5)):
+            with pytest.raises(KafkaException) as refused:
+                consumer.commit(offsets=[CkTopicPartition(topic, partition, 5)], asynchronous=False)
+            assert refused.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART, (topic, refused.value)
+        mixed = [CkTopicPartition("ck-commit-known", 0, 7), CkTopicPartition("ck-no-such-topic", 0, 7)]
+        with pytest.raises(KafkaException):
+            consumer.commit(offsets=mixed, asynchronous=False)
+        committed = consumer.committed([*mixed, CkTopicPartition("ck-commit-known", 5)], timeout=30)
+        assert [(tp.topic, tp.partition, tp.offset) for tp in committed] == [
+            ("ck-commit-known", 0, 7),
+            ("ck-no-such-topic", 0, -1001),  # librdkafka's OFFSET_INVALID: nothing committed
+            ("ck-commit-known", 5, -1001),
+        ]
+    finally:
+        consumer.close()

@@ -9,6 +9,7 @@ complete at once unless `hold_appends` is set, so a test can look at the state b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 from uuid import UUID
@@ -201,7 +202,9 @@ class GroupShell:
         generation: int = -1,
         instance_id: str | None = None,
         metadata: str = "",
+        known: Callable[[str, int], bool] | None = None,
     ) -> int:
+        """`known`: the broker's metadata (which partitions exist); None, every partition."""
         request_id = self._request_id()
         request = wire.OffsetCommitRequest(
             group_id=group,
@@ -215,7 +218,10 @@ class GroupShell:
                 for p, o in offsets.items()
             ),
         )
-        self.carry_out(self.coordinator.on_offset_commit(request_id, request, self.now))
+        if known is None:
+            self.carry_out(self.coordinator.on_offset_commit(request_id, request, self.now))
+        else:
+            self.carry_out(self.coordinator.on_offset_commit(request_id, request, self.now, known))
         return request_id
 
     def commit_errors(self, request_id: int) -> set[ErrorCode]:

@@ -540,6 +540,27 @@ def test_a_commit_with_a_generation_into_an_unknown_group_is_illegal_generation(
     }
 
 
+def test_a_partition_the_metadata_does_not_have_is_unknown_topic_or_partition_and_not_committed() -> None:
+    """KafkaApis' check before the coordinator: the partitions the broker's metadata has are committed, the others
+    answered UNKNOWN_TOPIC_OR_PARTITION; a commit of unknown partitions only is answered at once, without the
+    group's own checks (a stale generation is not even looked at)."""
+    shell = GroupShell.leading_all()
+    [a] = stable_group(shell, 1)
+    commit = shell.commit(G, {0: 10, 7: 70}, member_id=a, generation=1, known=lambda _topic, partition: partition < 2)
+    answer = shell.answers[commit]
+    assert isinstance(answer, wire.OffsetCommitResponse)
+    assert {p.partition: wire.error_code_of(p.error) for p in answer.partitions} == {
+        0: ErrorCode.NONE,
+        7: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    assert {p.partition: p.committed_offset for p in shell.fetch_offsets(G).partitions} == {0: 10}
+    stale = shell.commit(G, {7: 1}, member_id=a, generation=99, known=lambda _topic, _partition: False)
+    assert shell.commit_errors(stale) == {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    refused = shell.commit(G, {0: 1, 7: 1}, member_id=a, generation=99, known=lambda _topic, partition: partition < 2)
+    assert shell.commit_errors(refused) == {ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    assert {p.partition: p.committed_offset for p in shell.fetch_offsets(G).partitions} == {0: 10}
+
+
 def test_offset_metadata_over_the_limit_is_refused_for_that_partition() -> None:
     shell = GroupShell.leading_all(offset_metadata_max_bytes=4)
     commit = shell.commit("simple", {0: 1}, metadata="12345")

@@ -38,7 +38,7 @@ sessions, the end of a join phase); `next_deadline_ms` says when to call it next
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
@@ -1110,20 +1110,40 @@ class GroupCoordinator:
 
     # -- offsets --------------------------------------------------------------------------------------------------
 
-    def on_offset_commit(self, request_id: int, request: wire.OffsetCommitRequest, now: Now) -> list[GroupEffect]:
+    def on_offset_commit(
+        self,
+        request_id: int,
+        request: wire.OffsetCommitRequest,
+        now: Now,
+        known: Callable[[str, int], bool] = lambda topic, partition: True,
+    ) -> list[GroupEffect]:
         """Kafka's `handleCommitOffsets`: a member of the current generation commits (in Stable, or while
         PreparingRebalance so it can commit before rejoining); a commit with generation -1 is a simple consumer's,
         allowed only while the group is Empty (no member manages it). Anything else is refused per partition:
         ILLEGAL_GENERATION from a stale generation, UNKNOWN_MEMBER_ID from a member the group does not know,
-        REBALANCE_IN_PROGRESS while the assignment is being decided."""
+        REBALANCE_IN_PROGRESS while the assignment is being decided.
+
+        Before all that, KafkaApis' check against the broker's metadata: a partition it does not have (`known`
+        false) is UNKNOWN_TOPIC_OR_PARTITION and is not committed; a request naming only such partitions is answered
+        without the group's checks."""
+        unknown = [
+            (p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for p in request.partitions if not known(p.topic, p.partition)
+        ]
+        if unknown:
+            kept = tuple(p for p in request.partitions if known(p.topic, p.partition))
+            if not kept:
+                return [AnswerGroup(request_id, self._partition_answers(unknown))]
+            request = request.model_copy(update={"partitions": kept})
         error = self._commit_check(request)
         if error is not ErrorCode.NONE:
-            return [self._commit_answer(request_id, request, error)]
+            return [
+                AnswerGroup(request_id, self._partition_answers([*unknown, *((p, error) for p in request.partitions)]))
+            ]
         group = self._groups.get(request.group_id)
         if group is None:
             group = self._groups[request.group_id] = _Group(request.group_id, self.partition_for(request.group_id))
         commit: list[tuple[tuple[str, int], CommittedOffset]] = []
-        answers = []
+        answers = list(unknown)
         for p in request.partitions:
             metadata = p.committed_metadata or ""
             if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
@@ -1181,9 +1201,6 @@ class GroupCoordinator:
         if group.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
-
-    def _commit_answer(self, request_id: int, request: wire.OffsetCommitRequest, error: ErrorCode) -> AnswerGroup:
-        return AnswerGroup(request_id, self._partition_answers([(p, error) for p in request.partitions]))
 
     @staticmethod
     def _partition_answers(

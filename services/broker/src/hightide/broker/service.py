@@ -822,7 +822,7 @@ class BrokerService:
                     msg,
                     at,
                     lambda rid: self.coordinator.on_offset_commit(
-                        rid, wire.decode(wire.OffsetCommitRequest, msg.data), at
+                        rid, wire.decode(wire.OffsetCommitRequest, msg.data), at, self._partition_known
                     ),
                 ),
                 BrokerApi.DELETE_GROUPS: lambda msg, at: self._group_request(
@@ -843,6 +843,10 @@ class BrokerService:
                 ),
             }
         )
+
+    def _partition_known(self, topic: str, partition: int) -> bool:
+        """Whether this broker's metadata has the partition (an offset commit for one it has not is refused)."""
+        return self.image.partition(topic, partition) is not None
 
     def _group_request(self, msg: Msg, at: Now, call: Callable[[int], list[GroupEffect]]) -> list[Effect]:
         """A group request the coordinator may answer later: its message is kept under a request id."""
@@ -951,7 +955,7 @@ class BrokerService:
         if isinstance(body, wire.LeaveGroupRequest):
             return self.coordinator.on_leave_group(request_id, body, at)
         if isinstance(body, wire.OffsetCommitRequest):
-            return self.coordinator.on_offset_commit(request_id, body, at)
+            return self.coordinator.on_offset_commit(request_id, body, at, self._partition_known)
         assert isinstance(body, wire.DeleteGroupsRequest), body
         return self.coordinator.on_delete_groups(request_id, body, at)
 
