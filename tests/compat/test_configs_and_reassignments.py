@@ -115,3 +115,39 @@ def test_alter_and_list_partition_reassignments(cluster: LocalCluster, bootstrap
     unknown = _reassign(bootstrap, "no-such-topic", 0, (1, 2))
     errors = [int(p.error_code) for t in unknown.responses for p in t.partitions] or [int(unknown.error_code)]
     assert errors == [3]  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_describe_configs_of_a_broker_gives_its_configs_and_where_each_comes_from(
+    cluster: LocalCluster, bootstrap: str
+) -> None:
+    """A BROKER resource, as Kafka's tools and UIs describe one: every config the broker runs with, STATIC_BROKER_CONFIG
+    where it was given (this cluster's replica.lag.time.max.ms), else DEFAULT_CONFIG with Kafka's default; all
+    read-only (no dynamic broker configs). Asked of another broker's id, a broker refuses it, as Kafka's
+    ConfigHelper does; the empty name (the cluster-wide dynamic defaults) is answered with none."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.BROKER, "2")
+    configs = admin.describe_configs([resource])[resource].result(timeout=TIMEOUT_S)
+    lag = configs["replica.lag.time.max.ms"]
+    assert (lag.value, lag.source, lag.is_read_only) == ("1000", ConfigSource.STATIC_BROKER_CONFIG.value, True)
+    size = configs["group.max.size"]
+    assert (size.value, size.source, size.is_default) == ("2147483647", ConfigSource.DEFAULT_CONFIG.value, True)
+    assert configs["segment.bytes"].value == "1073741824"  # a topic config's broker-wide default
+    assert {"offsets.topic.num.partitions", "replica.fetch.wait.max.ms", "listeners"} <= set(configs)
+
+    broker_1 = bootstrap.split(",", maxsplit=1)[0]  # the listeners in broker id order (conftest)
+    resources = [
+        kafka.make(
+            kafka_wire.nested(kafka.DESCRIBE_CONFIGS, 4, "DescribeConfigsResource"),
+            resource_type=kafka.BROKER_RESOURCE,
+            resource_name=name,
+            configuration_keys=None,
+        )
+        for name in ("", "x", "2")
+    ]
+    answered = kafka_wire.call(broker_1, kafka.DESCRIBE_CONFIGS, 4, resources=tuple(resources))
+    results = [(r.resource_name, int(r.error_code), r.error_message, len(r.configs)) for r in answered.results]
+    assert results == [
+        ("", 0, None, 0),
+        ("x", 42, "Broker id must be an integer, but it is: x", 0),
+        ("2", 42, "Unexpected broker id, expected 1, but received 2", 0),
+    ]

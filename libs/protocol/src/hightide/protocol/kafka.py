@@ -853,10 +853,10 @@ def describe_configs_response(request: Request, answers: list[ResourceAnswer]) -
                         config_schema,
                         name=config,
                         value=value,
-                        read_only=False,
+                        read_only=resource_type == BROKER_RESOURCE,  # no dynamic broker configs
                         is_default=source == CONFIG_SOURCE_DEFAULT,
                         config_source=source,
-                        is_sensitive=False,
+                        is_sensitive=value is None,  # a password's value is never sent
                         synonyms=(),
                         config_type=0,
                         documentation=None,

@@ -66,6 +66,7 @@ def settings_from(broker_id: int, cluster_id: str, data_dir: Path, props: dict[s
         max_incremental_fetch_session_cache_slots=get_int(
             props, "max.incremental.fetch.session.cache.slots", 1_000, minimum=0
         ),
+        static_configs=dict(props),
     )
 
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
 
-from hightide.broker import kafka_groups
+from hightide.broker import broker_configs, kafka_groups
 from hightide.broker.kafka_security import ConnectionAuthenticator, ListenerSecurity, listener_security
 from hightide.core import topic_configs
 from hightide.core.topic_rules import DUPLICATE_TOPIC_NAME, duplicate_names, no_such_topic, topic_name_error
@@ -386,8 +386,12 @@ class KafkaListener:
         answers: list[kafka.ResourceAnswer] = []
         for resource in request.body.resources:
             kind, name = int(resource.resource_type), resource.resource_name
+            wanted = None if resource.configuration_keys is None else set(resource.configuration_keys)
+            if kind == kafka.BROKER_RESOURCE:
+                answers.append(self._broker_resource(name, wanted))
+                continue
             if kind != kafka.TOPIC_RESOURCE:
-                message = "only topic configs are described by Hightide's Kafka listener"
+                message = "only topic and broker configs are described by Hightide's Kafka listener"
                 answers.append((kind, name, int(ErrorCode.INVALID_REQUEST), message, []))
                 continue
             try:
@@ -399,9 +403,21 @@ class KafkaListener:
             if topic.error:
                 answers.append((kind, name, topic.error, "", []))
                 continue
-            wanted = None if resource.configuration_keys is None else set(resource.configuration_keys)
             answers.append((kind, name, 0, "", self._topic_configs(topic.configs, wanted)))
         return kafka.describe_configs_response(request, answers)
+
+    def _broker_resource(self, name: str, wanted: set[str] | None) -> kafka.ResourceAnswer:
+        """Kafka's ConfigHelper for a BROKER resource: this broker's configs; the empty name is the cluster-wide
+        dynamic defaults (Hightide has none); another broker's id is that broker's to answer."""
+        kind, me = kafka.BROKER_RESOURCE, self.service.id
+        if not name:
+            return (kind, name, 0, "", [])
+        if not name.lstrip("-").isdigit():
+            return (kind, name, int(ErrorCode.INVALID_REQUEST), f"Broker id must be an integer, but it is: {name}", [])
+        if int(name) != me:
+            message = f"Unexpected broker id, expected {me}, but received {name}"
+            return (kind, name, int(ErrorCode.INVALID_REQUEST), message, [])
+        return (kind, name, 0, "", broker_configs.describe(self.service.settings, wanted))
 
     def _topic_configs(self, overrides: dict[str, str], wanted: set[str] | None) -> list[kafka.ConfigRow]:
         rows: list[kafka.ConfigRow] = []
@@ -414,16 +430,8 @@ class KafkaListener:
             elif config in broker:
                 rows.append((config, broker[config], kafka.CONFIG_SOURCE_STATIC_BROKER))
             else:
-                rows.append((config, _config_text(default), kafka.CONFIG_SOURCE_DEFAULT))
+                rows.append((config, broker_configs.config_text(default), kafka.CONFIG_SOURCE_DEFAULT))
         return rows
-
-
-def _config_text(value: topic_configs.ConfigValue) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return ",".join(value)
-    return str(value)
 
 
 _Pipelined = tuple[kafka.Request, int, "asyncio.Future[Any]"]  # (the request, its acks, the internal answer)

@@ -133,6 +133,7 @@ class BrokerSettings:
     kafka_listener: ListenerConfig | None = None  # issue 15: `listeners` / `advertised.listeners`
     # Incremental fetch sessions (KIP-227) kept for followers as a leader; 0 turns them off.
     max_incremental_fetch_session_cache_slots: int = 1_000
+    static_configs: dict[str, str] = field(default_factory=dict)  # the configs as given (DescribeConfigs' source)
 
     def manager_config(self, fetch_response_bytes_max: int) -> ReplicaManagerConfig:
         return ReplicaManagerConfig(
