@@ -190,7 +190,7 @@ def test_a_partition_the_internal_request_cannot_carry_is_answered_unknown_topic
 
 def test_metadata_of_an_illegal_name_is_invalid_topic_exception() -> None:
     body = MetadataRequest(
-        topics=(MetadataRequestTopic(topic_id=None, name="t"), MetadataRequestTopic(topic_id=None, name="a b")),
+        topics=tuple(MetadataRequestTopic(topic_id=None, name=name) for name in ("t", "a b", "..")),
         allow_auto_topic_creation=False,
         include_topic_authorized_operations=False,
     )
@@ -198,7 +198,7 @@ def test_metadata_of_an_illegal_name_is_invalid_topic_exception() -> None:
     assert kafka.metadata_request(request.body) == wire.MetadataRequest(topics=("t",))
     answer = wire.MetadataResponse(topics=(wire.TopicMetadata(name="t", error=3),))
     answered = kafka.metadata_response(request, answer, "c", 1)
-    assert [(t.name, int(t.error_code)) for t in answered.topics] == [("t", 3), ("a b", 17)]
+    assert [(t.name, int(t.error_code)) for t in answered.topics] == [("t", 3), ("a b", 17), ("..", 17)]
 
 
 @pytest.mark.parametrize(

@@ -22,8 +22,9 @@ What Kafka does and this module keeps:
 - A request that parses is answered, whatever topic names and partition indexes it holds. A partition the internal
   requests cannot carry (a topic name outside Kafka's legal characters or length, a negative index) can name no
   partition: it is left out of the internal request and answered UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers a
-  partition it does not have (Metadata: INVALID_TOPIC_EXCEPTION, as Kafka's `Topic.validate` there). A whole-request
-  error is answered per partition named (`error_response`), built without the internal types' bounds.
+  partition it does not have (Metadata: INVALID_TOPIC_EXCEPTION, "." and ".." too, as Kafka's `Topic.validate`
+  there). A whole-request error is answered per partition named (`error_response`), built without the internal
+  types' bounds.
 """
 
 from __future__ import annotations
@@ -401,11 +402,16 @@ def offsets_for_leader_epoch_request(body: Any) -> wire.OffsetsForLeaderEpochReq
     return wire.OffsetsForLeaderEpochRequest(replica_id=replica_id, partitions=partitions)
 
 
+def _legal_name(name: str | None) -> bool:
+    """Kafka's Topic.validate passes: a name the internal requests carry, other than "." and ".."."""
+    return wire.carries_topic_name(name) and name not in (".", "..")
+
+
 def metadata_request(body: Any) -> wire.MetadataRequest:
-    """The internal Metadata of the topics asked by a name it can carry (`metadata_response` answers the others)."""
+    """The internal Metadata of the topics asked by a legal name (`metadata_response` answers the others)."""
     if body.topics is None:
         return wire.MetadataRequest(topics=None)
-    return wire.MetadataRequest(topics=tuple(t.name for t in body.topics if wire.carries_topic_name(t.name)))
+    return wire.MetadataRequest(topics=tuple(t.name for t in body.topics if _legal_name(t.name)))
 
 
 def creatable_topic(topic: Any) -> wire.CreatableTopic:
@@ -629,12 +635,12 @@ def metadata_response(request: Request, answer: wire.MetadataResponse, cluster_i
 
 
 def _illegal_topics(request: Request) -> tuple[wire.TopicMetadata, ...]:
-    """INVALID_TOPIC_EXCEPTION for each topic a Metadata request asks by a name the internal one cannot carry."""
+    """INVALID_TOPIC_EXCEPTION for each topic a Metadata request asks by a name Kafka's Topic.validate refuses."""
     asked = request.body.topics or ()
     return tuple(
         wire.TopicMetadata.model_construct(name=t.name, error=int(ErrorCode.INVALID_TOPIC_EXCEPTION))
         for t in asked
-        if t.name is not None and not wire.carries_topic_name(t.name)
+        if t.name is not None and not _legal_name(t.name)
     )
 
 
