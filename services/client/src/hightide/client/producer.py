@@ -8,6 +8,8 @@ Room: services/client. Kafka's KafkaProducer, reduced to what Hightide serves to
   queued batches (`partitioner.adaptive.partitioning.enable`, default true), leaving out partitions whose leader
   has had batches ready but taken none for `partitioner.availability.timeout.ms` (default 0: never);
   `partitioner.ignore.keys` (default false) makes keyed records sticky too;
+- `compression.type` none (the default), gzip, snappy, lz4 or zstd, in each codec's framing as Kafka's Java producer
+  writes it; `batch.size` counts the records' bytes before compression;
 - batching per partition by `batch.size` bytes and `linger.ms`; up to `max.in.flight.requests.per.connection`
   (5) batches in flight per partition. Sequence numbers keep them in order at the leader: after a retriable
   refusal no new batch goes until the window is back, then the refused ones go again one by one in sequence order
