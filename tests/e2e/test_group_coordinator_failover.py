@@ -26,7 +26,7 @@ from hightide.protocol.errors import ErrorCode
 from hightide.protocol.subjects import BrokerApi, broker_api
 from hightide.runtime.rpc import RequestFailed, request
 from support.audited import assert_history_clean
-from support.cluster_cli import active_brokers, wait_for
+from support.cluster_cli import active_brokers, describe, hightide, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +51,17 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     local.up(brokers=3, controllers=1, cluster_id=CLUSTER_ID, config=CONFIG)
     try:
         wait_for(lambda: len(active_brokers(local)) == 3, 60, "three active brokers")
+        # The group's topic exists: a commit for a partition the brokers' metadata does not have is refused.
+        created = hightide(
+            local.data_dir, "topic", "create", "orders", "--partitions", "3", "--replication-factor", "3"
+        )
+        assert created.returncode == 0, created.stderr
+
+        def led() -> bool:
+            partitions = describe(local, "orders")
+            return len(partitions) == 3 and all(p["Leader"] != "none" for p in partitions)
+
+        wait_for(led, 30, "the topic's leaders")
         yield local
     finally:
         local.down()
