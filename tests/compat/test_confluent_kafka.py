@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+    ResourceType,
+)
 
 from hightide.client.local_cluster import LocalCluster
 from support.cluster_cli import describe, hightide, wait_for
@@ -139,6 +147,25 @@ def test_every_compression_type_crosses_between_librdkafka_and_the_own_client(
                    "--timeout-ms", "30000", "--format", "json")  # fmt: skip
     assert own.returncode == 0, own.stderr
     assert [json.loads(line)["value"] for line in own.stdout.splitlines()] == sent
+
+
+def test_list_offsets_finds_the_record_with_the_largest_timestamp(bootstrap: str) -> None:
+    """KIP-734 (ListOffsets v7, OffsetSpec.max_timestamp): the first record that has the partition's largest
+    timestamp, with its timestamp; earliest and latest beside it."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assert admin.create_topics([NewTopic("ck-maxts", 1, 3)])["ck-maxts"].result(timeout=30) is None
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for timestamp in (1_000, 3_000, 2_000, 3_000):
+        producer.produce("ck-maxts", b"v", partition=0, timestamp=timestamp)
+    assert producer.flush(30) == 0
+    partition = TopicPartition("ck-maxts", 0)
+    found = {}
+    for name, spec in (("max", OffsetSpec.max_timestamp()), ("earliest", OffsetSpec.earliest()),
+                       ("latest", OffsetSpec.latest())):  # fmt: skip
+        answer = admin.list_offsets({partition: spec})[partition].result(timeout=30)
+        found[name] = (answer.offset, answer.timestamp)
+    assert found["max"] == (1, 3_000)
+    assert found["earliest"][0] == 0 and found["latest"][0] == 4
 
 
 def test_idempotent_acks_all_then_assigned_consume(cluster: LocalCluster, bootstrap: str) -> None:

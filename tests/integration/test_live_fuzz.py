@@ -883,8 +883,8 @@ def bad_list_offsets(draw: st.DrawFn, facts: Facts) -> tuple[int, wire.ListOffse
         if target.leads:
             if draw(st.booleans()):
                 current_leader_epoch, code = draw(fenced_or_unknown_epoch(facts.leader_epochs[target.partition]))
-            else:  # -1 and -2 are latest and earliest; other negative timestamps mean nothing
-                timestamp, code = draw(st.integers(INT64_MIN, -3)), ErrorCode.INVALID_REQUEST
+            else:  # -1, -2 and -3 are latest, earliest and max timestamp; other negative timestamps mean nothing
+                timestamp, code = draw(st.integers(INT64_MIN, -4)), ErrorCode.INVALID_REQUEST
             targets[i] = Target(target.topic, target.partition, frozenset({code}), leads=True)
         queries.append(
             wire.ListOffsetsPartition(

@@ -593,6 +593,19 @@ class MemoryDisk:
                     return record.timestamp, record.offset
         return None
 
+    def max_timestamp_offset(self, tp: TopicPartition) -> tuple[int, int] | None:
+        log = self.logs[tp].log
+        best: tuple[int, bytes] | None = None  # the first batch that reached the largest max timestamp
+        for batch, header in log.batches():
+            if header.max_timestamp >= 0 and (best is None or header.max_timestamp > best[0]):
+                best = (header.max_timestamp, batch)
+        if best is None:
+            return None
+        for record in decode_batch(best[1])[1]:
+            if record.timestamp >= best[0] and record.offset >= log.start_offset:
+                return record.timestamp, record.offset
+        return None
+
     # -- crashes -------------------------------------------------------------------------------------------------
 
     def crash(self, lossy: bool) -> dict[TopicPartition, int]:

@@ -336,6 +336,27 @@ def test_lookup_by_timestamp_finds_the_first_record_at_or_after_it(tmp_path: Pat
     assert log.offset_for_timestamp(1196) is None
 
 
+def test_the_max_timestamp_is_the_first_record_that_has_it_in_the_first_segment_and_batch_that_reached_it(
+    tmp_path: Path,
+) -> None:
+    """KIP-734's ListOffsets MAX_TIMESTAMP, as Kafka's fetchOffsetByTimestamp: timestamps out of order across
+    batches and within one; the largest (1500) is reached first by offset 5 (records 4..6 are one batch: 900, 1500,
+    1500) and again in the next segment (a batch at 1500, offset 7), and the answer stays offset 5. It
+    survives a reopen (the segments' max timestamps recovered from the time index)."""
+    log = open_log(tmp_path, segment_bytes=250, index_interval_bytes=50)
+    assert log.max_timestamp_offset() is None
+    for timestamps in ([1000, 1100], [1050, 1010], [900, 1500, 1500], [1500], [1200], [1300, 1400]):
+        log.append_as_leader(
+            encode_batch([b"v"] * len(timestamps), timestamps=timestamps), leader_epoch=0, now=WallMs(0)
+        )
+    assert [s.base_offset for s in log.segments] == [0, 7]  # the second segment reaches 1500 too, at offset 7
+    assert log.max_timestamp_offset() == (1500, 5)
+    log.close()
+    reopened = PartitionLog.open(log.directory, TP, log.config, WallMs(0), clean_shutdown=True)
+    assert reopened.max_timestamp_offset() == (1500, 5)
+    reopened.close()
+
+
 # -- retention ------------------------------------------------------------------------------------------------
 
 

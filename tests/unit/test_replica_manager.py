@@ -587,3 +587,27 @@ def test_a_leader_behind_the_metadata_is_fetched_from_again_soon_and_a_broken_an
         assert not [m for d, m in follower.outbox if d == 1 and isinstance(m, Request)], error
         follower.tick(cluster.now_ms + wait_ms)
         assert [m for d, m in follower.outbox if d == 1 and isinstance(m, Request)], error
+
+
+# -- ListOffsets ---------------------------------------------------------------------------------------------------
+
+
+def test_the_max_timestamp_offset_is_answered_once_it_is_below_the_high_watermark() -> None:
+    """KIP-734 on the leader: the first record with the largest timestamp, but only once committed (Kafka's
+    lastFetchableOffset: at or above the HW it is no offset, as a lookup by timestamp is)."""
+    cluster = replicated(Cluster())
+    manager = cluster.brokers[1].manager
+    assert manager is not None
+
+    def max_timestamp() -> tuple[int, int, int]:
+        query = wire.ListOffsetsPartition(topic=TOPIC, partition=0, timestamp=-3)
+        (answer,) = manager.list_offsets(wire.ListOffsetsRequest(partitions=(query,))).partitions
+        return answer.error, answer.offset, answer.timestamp
+
+    cluster.produce(1, encode_batch([b"a", b"b", b"c"], timestamps=[T0 + 5, T0 + 9, T0 + 9]))
+    cluster.route(cut=frozenset({2, 3}))
+    assert max_timestamp() == (0, -1, -1)  # appended, not committed
+    cluster.advance(FETCH_TIMEOUT_MS)
+    cluster.route(rounds=4)
+    assert cluster.core(1).high_watermark == 3
+    assert max_timestamp() == (0, 1, T0 + 9)

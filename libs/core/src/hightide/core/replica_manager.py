@@ -95,6 +95,7 @@ _METADATA_LAG_ERRORS: Final = frozenset(
 )
 EARLIEST_TIMESTAMP: Final = -2
 LATEST_TIMESTAMP: Final = -1
+MAX_TIMESTAMP: Final = -3  # KIP-734 (ListOffsets v7): the record with the largest timestamp
 
 
 class StorageRefusal(HightideError):
@@ -183,6 +184,10 @@ class LogReader(Protocol):
 
     def offset_for_timestamp(self, tp: TopicPartition, timestamp: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record at or after the log start with a timestamp >= `timestamp`."""
+        ...
+
+    def max_timestamp_offset(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record with the log's largest timestamp (KIP-734); None: no record."""
         ...
 
 
@@ -654,8 +659,9 @@ class ReplicaManager:
         return wire.ListOffsetsResponse(partitions=tuple(self._list_offset(query) for query in request.partitions))
 
     def _list_offset(self, query: wire.ListOffsetsPartition) -> wire.ListOffsetsPartitionResponse:
-        """Kafka's fetchOffsetForTimestamp on the leader: earliest, latest (the HW: what consumers may read) or
-        the first record at or after a timestamp, below the HW."""
+        """Kafka's fetchOffsetForTimestamp on the leader: earliest, latest (the HW: what consumers may read), the
+        first record at or after a timestamp, or the record with the largest timestamp (KIP-734); the last two only
+        below the HW (else no offset, as Kafka's lastFetchableOffset)."""
         tp = TopicPartition(query.topic, query.partition)
         core = self.replicas.get(tp)
         base: dict[str, Any] = {"topic": tp.topic, "partition": tp.partition}
@@ -669,11 +675,14 @@ class ReplicaManager:
             offset, timestamp = core.log_start_offset, -1
         elif query.timestamp == LATEST_TIMESTAMP:
             offset, timestamp = core.high_watermark, -1
-        elif query.timestamp < 0:
+        elif query.timestamp < 0 and query.timestamp != MAX_TIMESTAMP:
             return wire.ListOffsetsPartitionResponse(**base, error=int(ErrorCode.INVALID_REQUEST))
         else:
             try:
-                found = self.reader.offset_for_timestamp(tp, query.timestamp)
+                if query.timestamp == MAX_TIMESTAMP:
+                    found = self.reader.max_timestamp_offset(tp)
+                else:
+                    found = self.reader.offset_for_timestamp(tp, query.timestamp)
             except LogReadError as failure:
                 return wire.ListOffsetsPartitionResponse(**base, error=int(failure.error_code))
             if found is None or found[1] >= core.high_watermark:

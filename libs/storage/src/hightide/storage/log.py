@@ -684,6 +684,32 @@ class PartitionLog:
                 located = next(iter(segment.batches_from(following)), None)
         return None
 
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """Kafka's ListOffsets MAX_TIMESTAMP (KIP-734, `fetchOffsetByTimestamp`): (timestamp, offset) of the first
+        record with the log's largest timestamp: in the first segment that reached it, the first batch that did,
+        its first record with it (`offsetOfMaxTimestamp`). None for a log without records. Only that one batch is
+        decoded."""
+        self._check_online()
+        try:
+            return self._max_timestamp_offset()
+        except OSError as error:
+            raise self._go_offline(f"read failed: {error}") from None
+
+    def _max_timestamp_offset(self) -> tuple[int, int] | None:
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.max_timestamp_so_far >= 0 and (
+                best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far
+            ):
+                best = segment
+        if best is None:
+            return None
+        timestamp = best.max_timestamp_so_far
+        for located in best.batches_from(best.offset_index.lookup(best.offset_of_max_timestamp).position):
+            if located.header.max_timestamp == timestamp:
+                return self._first_record_at_or_after(best, located.position, located.header, timestamp)
+        return None
+
     def _first_record_at_or_after(
         self, segment: LogSegment, position: int, header: BatchHeader, timestamp: int
     ) -> tuple[int, int] | None:

@@ -293,6 +293,12 @@ class DiskStorage:
         except StorageError as error:
             raise LogReadError(str(error), error.error_code) from None
 
+    def max_timestamp_offset(self, tp: TopicPartition) -> tuple[int, int] | None:
+        try:
+            return self._log(tp).max_timestamp_offset()
+        except StorageError as error:
+            raise LogReadError(str(error), error.error_code) from None
+
     # -- what the engine reports -----------------------------------------------------------------------------------
 
     def _segment_changes(
