@@ -142,12 +142,14 @@ def test_describe_configs_of_a_broker_gives_its_configs_and_where_each_comes_fro
             resource_name=name,
             configuration_keys=None,
         )
-        for name in ("", "x", "2")
+        for name in ("", "x", "--5", "0_1", "2")
     ]
     answered = kafka_wire.call(broker_1, kafka.DESCRIBE_CONFIGS, 4, resources=tuple(resources))
     results = [(r.resource_name, int(r.error_code), r.error_message, len(r.configs)) for r in answered.results]
     assert results == [
         ("", 0, None, 0),
         ("x", 42, "Broker id must be an integer, but it is: x", 0),
+        ("--5", 42, "Broker id must be an integer, but it is: --5", 0),
+        ("0_1", 42, "Broker id must be an integer, but it is: 0_1", 0),
         ("2", 42, "Unexpected broker id, expected 1, but received 2", 0),
     ]

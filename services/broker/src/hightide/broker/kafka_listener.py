@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -412,7 +413,7 @@ class KafkaListener:
         kind, me = kafka.BROKER_RESOURCE, self.service.id
         if not name:
             return (kind, name, 0, "", [])
-        if not name.lstrip("-").isdigit():
+        if not _JAVA_INT.fullmatch(name):  # Integer.parseInt's form (Python's int() also takes "1_0" and " 1")
             return (kind, name, int(ErrorCode.INVALID_REQUEST), f"Broker id must be an integer, but it is: {name}", [])
         if int(name) != me:
             message = f"Unexpected broker id, expected {me}, but received {name}"
@@ -498,6 +499,9 @@ class _Pipeline:
     def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
+
+
+_JAVA_INT: Final = re.compile(r"[+-]?[0-9]+")
 
 
 def _first_error(error: ValidationError) -> str:
