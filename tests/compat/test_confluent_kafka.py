@@ -13,7 +13,15 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AdminClient,
     ConfigResource,
@@ -166,6 +174,29 @@ def test_list_offsets_finds_the_record_with_the_largest_timestamp(bootstrap: str
         found[name] = (answer.offset, answer.timestamp)
     assert found["max"] == (1, 3_000)
     assert found["earliest"][0] == 0 and found["latest"][0] == 4
+
+
+def test_authorized_operations_are_every_operation_kafka_supports_on_the_resource(bootstrap: str) -> None:
+    """With no authorizer (every authenticated user may do everything), Kafka answers include_authorized_operations
+    with AclEntry.supportedOperations: for a topic, a cluster and a group."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assert admin.create_topics([NewTopic("ck-ops", 1, 3)])["ck-ops"].result(timeout=30) is None
+    wait_for(lambda: "ck-ops" in admin.list_topics(timeout=15).topics, 30, "the topic in the metadata")
+    topic = admin.describe_topics(TopicCollection(["ck-ops"]), include_authorized_operations=True)["ck-ops"]
+    cluster = admin.describe_cluster(include_authorized_operations=True)
+    group = admin.describe_consumer_groups(["ck-ops-group"], include_authorized_operations=True)["ck-ops-group"]
+    names = {
+        "topic": topic.result(timeout=30).authorized_operations,
+        "cluster": cluster.result(timeout=30).authorized_operations,
+        "group": group.result(timeout=30).authorized_operations,
+    }
+    assert {kind: sorted(op.name for op in ops) for kind, ops in names.items()} == {
+        "topic": ["ALTER", "ALTER_CONFIGS", "CREATE", "DELETE", "DESCRIBE", "DESCRIBE_CONFIGS", "READ", "WRITE"],
+        "cluster": ["ALTER", "ALTER_CONFIGS", "CLUSTER_ACTION", "CREATE", "DESCRIBE", "DESCRIBE_CONFIGS",
+                    "IDEMPOTENT_WRITE"],
+        "group": ["ALTER_CONFIGS", "DELETE", "DESCRIBE", "DESCRIBE_CONFIGS", "READ"],
+    }  # fmt: skip
+    assert admin.describe_topics(TopicCollection(["ck-ops"]))["ck-ops"].result(timeout=30).authorized_operations is None
 
 
 def test_idempotent_acks_all_then_assigned_consume(cluster: LocalCluster, bootstrap: str) -> None:

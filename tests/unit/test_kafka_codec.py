@@ -201,6 +201,23 @@ def test_metadata_of_an_illegal_name_is_invalid_topic_exception() -> None:
     assert [(t.name, int(t.error_code)) for t in answered.topics] == [("t", 3), ("a b", 17), ("..", 17)]
 
 
+def test_authorized_operations_are_every_supported_one_when_asked_and_int_min_when_not() -> None:
+    """Kafka's AuthHelper with no authorizer: AclEntry.supportedOperations as a bit field of AclOperation codes."""
+    # READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11
+    assert kafka.TOPIC_OPERATIONS == 0b1101_1111_1000
+    assert kafka.CLUSTER_OPERATIONS == 0b1_1111_1010_0000  # CREATE ALTER DESCRIBE CLUSTER_ACTION .. IDEMPOTENT_WRITE
+    assert kafka.GROUP_OPERATIONS == 0b1101_0100_1000  # READ DELETE DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS
+    for asked in (True, False):
+        body = MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name="t"),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=asked,
+        )
+        request = kafka.parse_request(frame(v2(3, 12), body))
+        answer = kafka.metadata_response(request, wire.MetadataResponse(topics=(wire.TopicMetadata(name="t"),)), "c", 1)
+        assert answer.topics[0].topic_authorized_operations == (kafka.TOPIC_OPERATIONS if asked else -(2**31))
+
+
 @pytest.mark.parametrize(
     ("name", "carried"), [("t", True), ("a.b_c-D9", True), ("..", True), ("", False), ("a b", False), ("t\n", False)]
 )

@@ -100,6 +100,28 @@ SERVED: Final[dict[int, tuple[int, int]]] = {
 reassignment APIs join it below)."""
 
 UNKNOWN_TOPIC_OR_PARTITION: Final = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)  # Kafka's answer when the request did not ask for them
+
+
+def _operations(*codes: int) -> int:
+    return sum(1 << code for code in codes)
+
+
+# What a client asking for authorized operations is told (Metadata, DescribeCluster, DescribeGroups): every
+# operation Kafka supports on the resource (AclEntry.supportedOperations), as Kafka's AuthHelper answers with no
+# authorizer; Hightide's listener has none (docs/OPERATIONS.md: every authenticated user may do everything). As a
+# bit field of AclOperation codes: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9,
+# DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12.
+TOPIC_OPERATIONS: Final = _operations(3, 4, 5, 6, 7, 8, 10, 11)
+CLUSTER_OPERATIONS: Final = _operations(5, 7, 8, 9, 10, 11, 12)
+GROUP_OPERATIONS: Final = _operations(3, 6, 8, 10, 11)
+
+
+def authorized_operations(asked: bool | None, operations: int) -> int:
+    """`operations` when the request asked for them, else Kafka's "not asked" (Int.MinValue)."""
+    return operations if asked else AUTHORIZED_OPERATIONS_OMITTED
+
+
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53  # Kafka's error for a transactional id it will not serve
 TOPIC_RESOURCE: Final = 2  # DescribeConfigs' resource types
 BROKER_RESOURCE: Final = 4
@@ -599,6 +621,11 @@ def metadata_response(request: Request, answer: wire.MetadataResponse, cluster_i
         endpoint = _host_port(b.kafka_listener)
         if endpoint is not None and not b.fenced:
             brokers.append(make(broker_schema, node_id=b.broker_id, host=endpoint[0], port=endpoint[1], rack=None))
+    body = request.body
+    topic_operations = authorized_operations(
+        getattr(body, "include_topic_authorized_operations", False), TOPIC_OPERATIONS
+    )
+    cluster_asked = getattr(body, "include_cluster_authorized_operations", False)
     topics = tuple(
         make(
             topic_schema,
@@ -619,7 +646,7 @@ def metadata_response(request: Request, answer: wire.MetadataResponse, cluster_i
                 )
                 for p in t.partitions
             ),
-            topic_authorized_operations=-(2**31),
+            topic_authorized_operations=topic_operations,
         )
         for t in (*answer.topics, *_illegal_topics(request))
     )
@@ -630,7 +657,7 @@ def metadata_response(request: Request, answer: wire.MetadataResponse, cluster_i
         cluster_id=cluster_id,
         controller_id=controller_id,
         topics=topics,
-        cluster_authorized_operations=-(2**31),
+        cluster_authorized_operations=authorized_operations(cluster_asked, CLUSTER_OPERATIONS),
     )
 
 
@@ -721,7 +748,9 @@ def describe_cluster_response(request: Request, answer: wire.DescribeClusterResp
         cluster_id=answer.cluster_id,
         controller_id=controller_id,
         brokers=tuple(brokers),
-        cluster_authorized_operations=-(2**31),
+        cluster_authorized_operations=authorized_operations(
+            getattr(request.body, "include_cluster_authorized_operations", False), CLUSTER_OPERATIONS
+        ),
     )
 
 

@@ -29,6 +29,7 @@ from hightide.protocol.kafka import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     FIND_COORDINATOR,
+    GROUP_OPERATIONS,
     HEARTBEAT,
     INCREMENTAL_ALTER_CONFIGS,
     JOIN_GROUP,
@@ -40,12 +41,12 @@ from hightide.protocol.kafka import (
     SYNC_GROUP,
     UNKNOWN_TOPIC_OR_PARTITION,
     Request,
+    authorized_operations,
     carried,
     make,
     response_schema,
 )
 
-AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)
 CLASSIC: Final = "classic"  # ListGroups v5's group type of every Hightide group
 JOIN_GROUP_REQUIRES_MEMBER_ID: Final = 4  # KIP-394's first JoinGroup version
 INCREMENTAL_OPS: Final = {0: "SET", 1: "DELETE", 2: "APPEND", 3: "SUBTRACT"}  # Kafka's AlterConfigOp.OpType
@@ -453,7 +454,9 @@ def describe_groups_response(request: Request, answer: wire.DescribeGroupsRespon
                     )
                     for m in g.members
                 ),
-                authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+                authorized_operations=authorized_operations(
+                    getattr(request.body, "include_authorized_operations", False), GROUP_OPERATIONS
+                ),
             )
             for g in groups
         ),
