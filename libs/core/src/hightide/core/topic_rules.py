@@ -22,6 +22,7 @@ from hightide.core.topic_configs import (
     unclean_leader_election_enable,
     validate,
 )
+from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode
 
 RECORDS_PER_REQUEST_MAX: Final = 10_000
@@ -62,17 +63,27 @@ def no_such_topic(name: str) -> str:
 
 
 DUPLICATE_TOPIC_NAME: Final = "Duplicate topic name."
-"""ControllerApis' message (INVALID_REQUEST) for a name given more than once in CreateTopics, DeleteTopics or
-CreatePartitions: none of its entries is acted on, and it gets one result."""
 
 
-def duplicate_names(names: Sequence[str]) -> set[str]:
-    """The names given more than once (ControllerApis' check before CreateTopics, DeleteTopics and
-    CreatePartitions reach the controller)."""
+def refusals_before_the_controller(names: Sequence[str], *, creating: bool) -> dict[str, tuple[ErrorCode, str]]:
+    """ControllerApis' answers to a CreateTopics (`creating`), DeleteTopics or CreatePartitions before the
+    controller sees it, by name, in the order first named: a name given more than once is INVALID_REQUEST
+    "Duplicate topic name." (once, and none of its entries is acted on); a name the internal requests cannot carry
+    (`wire.carries_topic_name`: outside Kafka's characters or length) names no topic: INVALID_TOPIC_EXCEPTION with
+    Topic.validate's reason when creating, else UNKNOWN_TOPIC_OR_PARTITION. Every other name goes on."""
     counts: dict[str, int] = {}
     for name in names:
         counts[name] = counts.get(name, 0) + 1
-    return {name for name, count in counts.items() if count > 1}
+    refused: dict[str, tuple[ErrorCode, str]] = {}
+    for name, count in counts.items():
+        if count > 1:
+            refused[name] = (ErrorCode.INVALID_REQUEST, DUPLICATE_TOPIC_NAME)
+        elif not wire.carries_topic_name(name):
+            if creating:
+                refused[name] = (ErrorCode.INVALID_TOPIC_EXCEPTION, topic_name_error(name) or "illegal topic name")
+            else:
+                refused[name] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, no_such_topic(name))
+    return refused
 
 
 def colliding_topic(image: MetadataImage, name: str) -> str | None:

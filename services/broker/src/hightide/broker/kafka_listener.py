@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from hightide.broker import broker_configs, kafka_groups
 from hightide.broker.kafka_security import ConnectionAuthenticator, ListenerSecurity, listener_security
 from hightide.core import topic_configs
-from hightide.core.topic_rules import DUPLICATE_TOPIC_NAME, duplicate_names, no_such_topic, topic_name_error
+from hightide.core.topic_rules import refusals_before_the_controller
 from hightide.protocol import events, kafka, kafka_sasl, wire
 from hightide.protocol.errors import ErrorCode
 from hightide.protocol.subjects import BrokerApi, ControllerApi
@@ -286,7 +286,7 @@ class KafkaListener:
             if key == kafka.CREATE_TOPICS:
                 return await self._create_topics(request)
             if key == kafka.DELETE_TOPICS:
-                unknown = _refusals(list(request.body.topic_names), unknown=True)
+                unknown = _refusals(list(request.body.topic_names), creating=False)
                 deletion = kafka.delete_topics_request(request.body, unknown)
                 deleted = wire.DeleteTopicsResponse()
                 if deletion is not None:
@@ -339,7 +339,7 @@ class KafkaListener:
             return kafka.error_response(
                 request, ErrorCode.INVALID_REQUEST, "validate_only is not supported by Hightide"
             )
-        refused = dict(_refusals([topic.name for topic in body.topics], unknown=False))
+        refused = dict(_refusals([topic.name for topic in body.topics], creating=True))
         for topic in body.topics:
             if topic.name not in refused:
                 try:
@@ -366,7 +366,7 @@ class KafkaListener:
             return kafka.error_response(
                 request, ErrorCode.INVALID_REQUEST, "validate_only is not supported by Hightide"
             )
-        refused = _refusals([topic.name for topic in request.body.topics], unknown=True)
+        refused = _refusals([topic.name for topic in request.body.topics], creating=False)
         results = [(name, error, message) for name, (error, message) in refused.items()]
         for topic in request.body.topics:
             if topic.name in refused:
@@ -508,21 +508,7 @@ def _first_error(error: ValidationError) -> str:
     return str(error.errors()[0].get("msg", "invalid request"))[:256]
 
 
-def _refusals(names: list[str], *, unknown: bool) -> kafka.Refusals:
-    """The topics of a CreateTopics (`unknown` false), DeleteTopics or CreatePartitions (`unknown` true) that the
-    listener answers, by name, in the order first named: a name given twice, INVALID_REQUEST (ControllerApis'
-    check, before any other); a name the internal request cannot carry, INVALID_TOPIC_EXCEPTION with Kafka's reason
-    where the topic would be created, else UNKNOWN_TOPIC_OR_PARTITION (no topic has such a name)."""
-    duplicated = duplicate_names(names)
-    refused: dict[str, tuple[int, str]] = {}
-    for name in dict.fromkeys(names):
-        if name in duplicated:
-            refused[name] = (int(ErrorCode.INVALID_REQUEST), DUPLICATE_TOPIC_NAME)
-        elif not wire.carries_topic_name(name):
-            illegal = topic_name_error(name) or "illegal topic name"
-            refused[name] = (
-                (int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), no_such_topic(name))
-                if unknown
-                else (int(ErrorCode.INVALID_TOPIC_EXCEPTION), illegal)
-            )
-    return refused
+def _refusals(names: list[str], *, creating: bool) -> kafka.Refusals:
+    """`refusals_before_the_controller` (libs/core) as the Kafka answers' (error number, message) by name."""
+    refused = refusals_before_the_controller(names, creating=creating)
+    return {name: (int(error), message) for name, (error, message) in refused.items()}

@@ -29,7 +29,7 @@ import base64
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -40,7 +40,7 @@ from nats.aio.msg import Msg
 from hightide.core.controller import ControllerConfig, ControllerResult, ReplicationControl
 from hightide.core.metadata_image import MetadataImage, TopicPartition
 from hightide.core.replica_manager import broker_metadata
-from hightide.core.topic_rules import DUPLICATE_TOPIC_NAME, duplicate_names
+from hightide.core.topic_rules import refusals_before_the_controller
 from hightide.protocol import wire
 from hightide.protocol.errors import ErrorCode, HightideError
 from hightide.protocol.events import ControllerDeposed, LeaderElected
@@ -366,11 +366,11 @@ class ControllerService:
 
     async def _on_create_topics(self, msg: Msg) -> wire.Response:
         request = wire.decode(wire.CreateTopicsRequest, msg.data)
-        duplicated = duplicate_names([topic.name for topic in request.topics])
+        refused = refusals_before_the_controller([topic.name for topic in request.topics], creating=True)
         results = []
         for topic in request.topics:
             assert self.control is not None
-            if topic.name in duplicated:
+            if topic.name in refused:
                 continue
             try:
                 result = self.control.create_topic(
@@ -395,19 +395,19 @@ class ControllerService:
                     replication_factor=answer.replication_factor,
                 )
             )
-        return wire.CreateTopicsResponse(topics=(*results, *_duplicates([topic.name for topic in request.topics])))
+        return wire.CreateTopicsResponse(topics=(*results, *_refused(refused)))
 
     async def _on_delete_topics(self, msg: Msg) -> wire.Response:
         request = wire.decode(wire.DeleteTopicsRequest, msg.data)
-        duplicated = duplicate_names(request.topics)
+        refused = refusals_before_the_controller(request.topics, creating=False)
         results = []
         for name in request.topics:
             assert self.control is not None
-            if name in duplicated:
+            if name in refused:
                 continue
             answer = await self._commit(self.control.delete_topic(name))
             results.append(wire.TopicResult(name=name, error=int(answer.error), message=answer.message))
-        return wire.DeleteTopicsResponse(topics=(*results, *_duplicates(request.topics)))
+        return wire.DeleteTopicsResponse(topics=(*results, *_refused(refused)))
 
     async def _on_create_partitions(self, msg: Msg) -> wire.Response:
         request = wire.decode(wire.CreatePartitionsRequest, msg.data)
@@ -491,13 +491,8 @@ def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-def _duplicates(names: Sequence[str]) -> tuple[wire.TopicResult, ...]:
-    """ControllerApis' answer to a topic named more than once in a CreateTopics or DeleteTopics: one INVALID_REQUEST
-    result per such name (in the order of their first mention), after the others' results; none of its entries is
-    acted on."""
-    duplicated = duplicate_names(names)
+def _refused(refused: dict[str, tuple[ErrorCode, str]]) -> tuple[wire.TopicResult, ...]:
+    """The results of the names `refusals_before_the_controller` answered, after the others' (as ControllerApis)."""
     return tuple(
-        wire.TopicResult(name=name, error=int(ErrorCode.INVALID_REQUEST), message=DUPLICATE_TOPIC_NAME)
-        for name in dict.fromkeys(names)
-        if name in duplicated
+        wire.TopicResult(name=name, error=int(error), message=message) for name, (error, message) in refused.items()
     )
