@@ -261,7 +261,13 @@ row's incarnation hashed to a long and its sequence finds whether any two rows s
 generated lake, and a cluster's whose relay never stored an event twice) is ordered without a shuffle. On the 10M
 lake (/work/prof/s40/, not committed) `audit.prepare` and a count 52.4 / 41.8 s (cold / warm) -> 35.5 / 25.4 s, the
 copy search 4.0-7.4 s of it; `run_audit` in a fresh JVM 228.4 -> 214.7 s; at 1M the checks alone (each collected
-apart over one cache) 42.8 -> 38.0 s and the cache 9.5 -> 8.0 s.
+apart over one cache) 42.8 -> 38.0 s and the cache 9.5 -> 8.0 s. `rebuild --out` and this bench's rebuild do the
+same (`fold_events(copies=...)`): at 10M 44.9 / 40.0 -> 41.2 / 32.2 s (a fresh JVM, then warm; the search 6.6 / 4.4
+s of it). `rebuild --at` keeps the full path: one more job in its cold JVM would cost more than its hour's shuffle.
+Tried and not kept: `hw_within_log` with every window over the replica's one order (the last value per segment as the
+last (segment, value) pair, the least cut per run as the least (-run, cut) pair: one sort instead of four), 19.0 /
+15.7 -> 18.8 / 17.1 s at 10M. Its cost is the payloads' parse (7 of its 16-19 s) and the windows themselves, not the
+sorts; the HW advances' payloads are parsed four times in an audit and the appends' three.
 """
 
 from __future__ import annotations
@@ -283,6 +289,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from hightide.history import class_archive
 from hightide.history.audit import run_audit
+from hightide.history.events import holds_copies
 from hightide.history.generate import generate_lake
 from hightide.history.rebuild import fold_events, timelines
 from hightide.history.rebuild_cli import spark_session, state_at
@@ -319,8 +326,10 @@ def bench_size(spark: SparkSession, lake: Path, events: int) -> dict[str, Any]:
 
     def rebuild() -> None:
         # As `rebuild --out` reads the lake (`rebuild_cli.write_timelines`): the rebuild's own ordering (the audit's
-        # `read_lake` also finds clashing copies, which the rebuild does not need), read and ordered once.
-        events = fold_events(read_rows(spark, lake, scan_lake(lake).files)).persist(StorageLevel.MEMORY_AND_DISK)
+        # `read_lake` also finds clashing copies, which the rebuild does not need), read and ordered once, without
+        # the copy search where there are no copies.
+        rows = read_rows(spark, lake, scan_lake(lake).files)
+        events = fold_events(rows, copies=holds_copies(rows)).persist(StorageLevel.MEMORY_AND_DISK)
         replicas, partitions = timelines(events)
         _compute(replicas)
         _compute(partitions)

@@ -810,7 +810,12 @@ def final_replicas(replicas: DataFrame, epochs: DataFrame, scope: Scope = ()) ->
 
 
 def ordered(
-    lake_rows: DataFrame, scope: Scope = (), starts: DataFrame | None = None, types: Sequence[str] | None = None
+    lake_rows: DataFrame,
+    scope: Scope = (),
+    starts: DataFrame | None = None,
+    types: Sequence[str] | None = None,
+    *,
+    copies: bool = True,
 ) -> DataFrame:
     """`hightide.history.events.order_events` within each scope, with `event_id`: duplicates dropped (the first
     archived copy, lowest stream sequence, is kept), `incarnation_start` and `position` added. `starts` (service,
@@ -820,22 +825,24 @@ def ordered(
     shuffled and sorted without the payloads of the other types, and what is kept is about half the lake (see
     `fold_events`). The other types' rows are shuffled too (without their payloads): one of them may be the first
     archived copy of an event whose later copy is of a kept type (two events given one sequence), which must then be
-    dropped."""
+    dropped. `copies=False`: the caller found no copies (`events.holds_copies`), so no row is shuffled here."""
     kept = F.col("type").isin(*types) if types is not None else None
     if kept is not None:
         lake_rows = lake_rows.select(*scope, *FOLD_COLUMNS, F.when(kept, F.col("payload")).alias("payload"))
-    positioned = order_events(lake_rows, scope, starts)
+    positioned = order_events(lake_rows, scope, starts, copies=copies)
     if kept is not None:
         positioned = positioned.where(kept).drop("stream_sequence")
     return positioned.withColumn("event_id", event_id_column())
 
 
-def fold_events(lake_rows: DataFrame, scope: Scope = (), starts: DataFrame | None = None) -> DataFrame:
+def fold_events(
+    lake_rows: DataFrame, scope: Scope = (), starts: DataFrame | None = None, *, copies: bool = True
+) -> DataFrame:
     """`ordered` narrowed to what the replica and partition folds read (`FOLD_TYPES`, `FOLD_COLUMNS`): the input of
     `timelines`, `rebuild_frames` and the state at an instant, which give the same rows from it as from every event
     (the positions are the same). At 1M generated events the folds read 54% of the events; ordering and caching
-    only those, without the other columns, halves the ordering's cost."""
-    return ordered(lake_rows, scope, starts, FOLD_TYPES)
+    only those, without the other columns, halves the ordering's cost. `copies` as `ordered` takes it."""
+    return ordered(lake_rows, scope, starts, FOLD_TYPES, copies=copies)
 
 
 def state_at(lake_rows: DataFrame, at_ms: int) -> tuple[DataFrame, DataFrame]:

@@ -235,12 +235,14 @@ def write_timelines(spark: SparkSession, lake: Path, at_ms: int, out: Path) -> N
     from pyspark import StorageLevel  # noqa: PLC0415 (as above)
     from pyspark.sql import functions as F  # noqa: PLC0415
 
+    from hightide.history.events import holds_copies  # noqa: PLC0415
     from hightide.history.rebuild import all_timelines  # noqa: PLC0415
     from hightide.history.snapshot import lake_files, ordered_with_starts, read_rows  # noqa: PLC0415
 
     parts = [part for hour, found in lake_files(lake).items() if hour <= at_ms // HOUR_MS for part in found]
     rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
-    events = ordered_with_starts(rows, None).persist(StorageLevel.MEMORY_AND_DISK)  # read and ordered once
+    # Read and ordered once; ordered without looking for copies where a job over the keys finds none.
+    events = ordered_with_starts(rows, None, copies=holds_copies(rows)).persist(StorageLevel.MEMORY_AND_DISK)
     replicas, partitions, epochs = all_timelines(events)
     replicas.write.mode("overwrite").parquet(str(out / "replicas"))
     partitions.write.mode("overwrite").parquet(str(out / "partitions"))

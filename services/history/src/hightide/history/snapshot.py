@@ -364,10 +364,10 @@ def _continued_events(rows: DataFrame, held: Snapshotted | None, boundary_ms: in
     return events.unionByName(_opened_rows(held.replicas, events, boundary_ms))
 
 
-def ordered_with_starts(rows: DataFrame, incarnations: DataFrame | None) -> DataFrame:
+def ordered_with_starts(rows: DataFrame, incarnations: DataFrame | None, *, copies: bool = True) -> DataFrame:
     """`hightide.history.rebuild.fold_events` (the events the folds read, in order), where an incarnation a snapshot
-    saw starts when the snapshot says."""
-    return fold_events(rows, (), incarnations)
+    saw starts when the snapshot says (`copies` as `fold_events` takes it)."""
+    return fold_events(rows, (), incarnations, copies=copies)
 
 
 def _opened_rows(replicas: DataFrame, like: DataFrame, boundary_ms: int) -> DataFrame:
