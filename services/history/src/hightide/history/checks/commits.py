@@ -271,19 +271,23 @@ class Folded:
         final_queries = ends.select(*KEY, F.lit("").alias("event_id"), (c("position") + 1).alias("t"),
                                     F.col("lso_t").alias("lo"), F.col("leo_t").alias("hi"))  # fmt: skip
         # Every query set's runs (but the elections') in one `runs_of` pass (its windows and joins run once, not four
-        # times), told apart by `_q`; each query is one `_qid`. Checkpointed: every frame below is a filter of it.
+        # times), told apart by `_q`. Checkpointed: every frame below is a filter of it.
         sets = {
             "hw": (hw_queries, _AFTER),
             "truncation": (truncation_queries, _BEFORE),
             "ack": (ack_queries, _AFTER),
             "final": (final_queries, _AFTER),
         }
+        # A query is (KEY, `_qn`): its position and its set in one number. A replica's queries are its own broker's
+        # events (a final one follows its last), and positions are one emitter's, so no two queries of a set share
+        # both. Partitioned by a number, not a string of the set, event id and KEY: at 10M events (3.6M queries)
+        # the pass took 17.2-17.8 s against 21.3-22.0 s.
         queries = functools.reduce(
             functools.partial(DataFrame.unionByName, allowMissingColumns=True),
-            [frame.select("*", F.lit(q).alias("_q"), F.concat_ws("|", F.lit(q), "event_id", *KEY).alias("_qid"),
-                          F.lit(phase).alias("phase")) for q, (frame, phase) in sets.items()],
+            [frame.select("*", F.lit(q).alias("_q"), (c("t") * len(sets) + code).alias("_qn"),
+                          F.lit(phase).alias("phase")) for code, (q, (frame, phase)) in enumerate(sets.items())],
         )  # fmt: skip
-        runs = runs_of(queries, entries, ["_qid"]).localCheckpoint()
+        runs = runs_of(queries, entries, [*KEY, "_qn"]).localCheckpoint()
 
         def runs_for(q: str) -> DataFrame:
             """The runs of one query set, with that set's own columns."""
