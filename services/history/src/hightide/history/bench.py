@@ -270,6 +270,11 @@ last (segment, value) pair, the least cut per run as the least (-run, cut) pair:
 sorts; the HW advances' payloads are parsed four times in an audit and the appends' three. The commits fold's
 `runs_of` pass (3.6M queries at 10M) partitioned by a number per query instead of a string: 21.3-22.0 -> 17.2-17.8 s;
 `run_audit` at 10M with both changes 228.4 -> 203.2 s (the fold's replica stream 22.5 s, its runs 17-22 s).
+Measured and not kept: the HW advances', appends' and acknowledgements' payloads parsed once as `audit.prepare`
+caches the lake (a struct column per type, every check reading it): 215.5 s with the text kept beside the structs;
+with the text dropped, 185.2 / 196.6 / 200.4 s against 204.2 / 203.0 / 203.2 (alternating), about 5%, at the price
+of every payload reader in the checks having to know which types' text is gone (a check that parses the text
+itself would silently read nulls).
 """
 
 from __future__ import annotations
