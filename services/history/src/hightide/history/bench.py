@@ -275,6 +275,14 @@ caches the lake (a struct column per type, every check reading it): 215.5 s with
 with the text dropped, 185.2 / 196.6 / 200.4 s against 204.2 / 203.0 / 203.2 (alternating), about 5%, at the price
 of every payload reader in the checks having to know which types' text is gone (a check that parses the text
 itself would silently read nulls).
+The rebuild without caching the ordered lake (2026-12-01, /work/prof/s41/, not committed; load 1-3): caching the
+folds' events (their payload text, 5.3M rows at 10M) cost 9 s of the 13.5 s it took to read and order them, while
+the replica fold reads them once and the partition fold keeps its own few rows (`controller_side`). So nothing is
+cached but the incarnations' bounds (`events.incarnation_bounds`, which replaces the copy search: one hash
+aggregate, 1.5 s at 10M against 5.4 s, and ordering then needs no second read of the lake). This bench's rebuild at
+10M, three runs in one JVM: 41.1 / 40.2 s warm before, 32.5 / 24.2 / 26.1 s now; at 1M 14.3 / 8.0 -> 10.9 / 5.8 /
+5.4 s. `rebuild --out` keeps the replica fold's narrow rows instead (`replica_timeline`'s `hold`: the replica and
+epoch timelines both read them), all three timelines written, twice in one JVM: 81.9 / 70.4 -> 68.7 / 54.3 s at 10M.
 """
 
 from __future__ import annotations
@@ -291,12 +299,11 @@ from pathlib import Path
 from typing import Any, Final
 
 import pyarrow.parquet as pq
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from hightide.history import class_archive
 from hightide.history.audit import run_audit
-from hightide.history.events import holds_copies
+from hightide.history.events import incarnation_bounds
 from hightide.history.generate import generate_lake
 from hightide.history.rebuild import fold_events, timelines
 from hightide.history.rebuild_cli import spark_session, state_at
@@ -333,14 +340,12 @@ def bench_size(spark: SparkSession, lake: Path, events: int) -> dict[str, Any]:
 
     def rebuild() -> None:
         # As `rebuild --out` reads the lake (`rebuild_cli.write_timelines`): the rebuild's own ordering (the audit's
-        # `read_lake` also finds clashing copies, which the rebuild does not need), read and ordered once, without
-        # the copy search where there are no copies.
+        # `read_lake` also finds clashing copies, which the rebuild does not need), without the copy search where
+        # the incarnations' bounds find no copies.
         rows = read_rows(spark, lake, scan_lake(lake).files)
-        events = fold_events(rows, copies=holds_copies(rows)).persist(StorageLevel.MEMORY_AND_DISK)
-        replicas, partitions = timelines(events)
+        replicas, partitions = timelines(fold_events(rows, bounds=incarnation_bounds(rows)))
         _compute(replicas)
         _compute(partitions)
-        events.unpersist()
 
     figures["rebuild_s"] = _timed(rebuild)
     _release(spark)

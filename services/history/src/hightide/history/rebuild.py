@@ -42,7 +42,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from hightide.history.events import event_id_column, order_events
+from hightide.history.events import Bounds, event_id_column, order_events
 from hightide.protocol import events as ev
 
 REPLICA_KEY: Final = ("topic", "partition", "replica")
@@ -51,6 +51,7 @@ NO_TERM: Final = -1  # hightide.audit.rebuild.NO_TERM
 EPOCHS_TYPE: Final = T.ArrayType(T.ArrayType(T.LongType(), True), True)
 INTS_TYPE: Final = T.ArrayType(T.IntegerType(), True)
 Scope = Sequence[str]
+Hold = Callable[[DataFrame], DataFrame]
 
 REPLICA_TIMELINE_SCHEMA: Final = T.StructType(
     [
@@ -186,10 +187,10 @@ def timelines(events: DataFrame) -> tuple[DataFrame, DataFrame]:
     return replicas, partitions
 
 
-def all_timelines(events: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
+def all_timelines(events: DataFrame, hold: Hold | None = None) -> tuple[DataFrame, DataFrame, DataFrame]:
     """`timelines` and the epoch timeline (EPOCH_TIMELINE_SCHEMA: each leader epoch cache entry with the events
-    from and until which its replica held it)."""
-    rebuilt = rebuild_frames(events)
+    from and until which its replica held it). `hold` as `replica_timeline` takes it."""
+    rebuilt = rebuild_frames(events, hold=hold)
     return (
         _typed(rebuilt.replicas, REPLICA_TIMELINE_SCHEMA),
         _typed(rebuilt.partitions, PARTITION_TIMELINE_SCHEMA),
@@ -201,20 +202,22 @@ def _typed(frame: DataFrame, schema: T.StructType) -> DataFrame:
     return frame.select(*[F.col(field.name).cast(field.dataType).alias(field.name) for field in schema.fields])
 
 
-def rebuild_frames(events: DataFrame, scope: Scope = ()) -> Rebuilt:
+def rebuild_frames(events: DataFrame, scope: Scope = (), hold: Hold | None = None) -> Rebuilt:
     """The timelines with their order columns; `scope` names columns that split the events into histories folded
-    apart (an instant, for the state at many instants in one job)."""
+    apart (an instant, for the state at many instants in one job). `hold` as `replica_timeline` takes it."""
     partitions, topics = partition_timeline(events, scope)
-    replicas, epochs = replica_timeline(events, scope)
+    replicas, epochs = replica_timeline(events, scope, hold)
     return Rebuilt(replicas, partitions, topics, epochs)
 
 
 # -- replicas ----------------------------------------------------------------------------------------------------
 
 
-def replica_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame, DataFrame]:
+def replica_timeline(events: DataFrame, scope: Scope = (), hold: Hold | None = None) -> tuple[DataFrame, DataFrame]:
     """(one row per replica-changing event with the replica's state after it, the REPLICA_ORDER columns and `_i`,
-    its index among its replica's rows; the epoch timeline by those indexes: see `_with_epochs`).
+    its index among its replica's rows; the epoch timeline by those indexes: see `_with_epochs`). `hold`, when
+    given, is applied to the folded rows both timelines read (persisting them, say, when both are written: the
+    events are then parsed, sorted and folded once).
 
     The payload is parsed once, into the few values the fold reads, before the rows are shuffled: what is sorted
     and carried through the windows is narrow. Every window is over one replica's rows in one order, so the rows
@@ -250,7 +253,7 @@ def replica_timeline(events: DataFrame, scope: Scope = ()) -> tuple[DataFrame, D
             F.when(lowest.ls_group == F.col("ls_group"), -lowest.v),
         ).alias("log_start_offset"),
     )
-    return _with_epochs(with_offsets, scope)
+    return _with_epochs(hold(with_offsets) if hold is not None else with_offsets, scope)
 
 
 def _replica_rows(events: DataFrame, scope: Scope) -> DataFrame:
@@ -815,7 +818,7 @@ def ordered(
     starts: DataFrame | None = None,
     types: Sequence[str] | None = None,
     *,
-    copies: bool = True,
+    bounds: Bounds | None = None,
 ) -> DataFrame:
     """`hightide.history.events.order_events` within each scope, with `event_id`: duplicates dropped (the first
     archived copy, lowest stream sequence, is kept), `incarnation_start` and `position` added. `starts` (service,
@@ -825,24 +828,24 @@ def ordered(
     shuffled and sorted without the payloads of the other types, and what is kept is about half the lake (see
     `fold_events`). The other types' rows are shuffled too (without their payloads): one of them may be the first
     archived copy of an event whose later copy is of a kept type (two events given one sequence), which must then be
-    dropped. `copies=False`: the caller found no copies (`events.holds_copies`), so no row is shuffled here."""
+    dropped. `bounds`: `events.incarnation_bounds` of `lake_rows`; without copies, no row is shuffled here."""
     kept = F.col("type").isin(*types) if types is not None else None
     if kept is not None:
         lake_rows = lake_rows.select(*scope, *FOLD_COLUMNS, F.when(kept, F.col("payload")).alias("payload"))
-    positioned = order_events(lake_rows, scope, starts, copies=copies)
+    positioned = order_events(lake_rows, scope, starts, bounds=bounds)
     if kept is not None:
         positioned = positioned.where(kept).drop("stream_sequence")
     return positioned.withColumn("event_id", event_id_column())
 
 
 def fold_events(
-    lake_rows: DataFrame, scope: Scope = (), starts: DataFrame | None = None, *, copies: bool = True
+    lake_rows: DataFrame, scope: Scope = (), starts: DataFrame | None = None, *, bounds: Bounds | None = None
 ) -> DataFrame:
     """`ordered` narrowed to what the replica and partition folds read (`FOLD_TYPES`, `FOLD_COLUMNS`): the input of
     `timelines`, `rebuild_frames` and the state at an instant, which give the same rows from it as from every event
     (the positions are the same). At 1M generated events the folds read 54% of the events; ordering and caching
-    only those, without the other columns, halves the ordering's cost. `copies` as `ordered` takes it."""
-    return ordered(lake_rows, scope, starts, FOLD_TYPES, copies=copies)
+    only those, without the other columns, halves the ordering's cost. `bounds` as `ordered` takes it."""
+    return ordered(lake_rows, scope, starts, FOLD_TYPES, bounds=bounds)
 
 
 def state_at(lake_rows: DataFrame, at_ms: int) -> tuple[DataFrame, DataFrame]:

@@ -30,7 +30,7 @@ from hightide.history.audit_cli import master_url
 from hightide.lake.layout import HOUR_MS, LakeError
 
 if TYPE_CHECKING:  # Spark loads only when a command runs: every `hightide` call builds this parser
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from hightide.history.snapshot import RebuiltAt
 
@@ -235,19 +235,28 @@ def write_timelines(spark: SparkSession, lake: Path, at_ms: int, out: Path) -> N
     from pyspark import StorageLevel  # noqa: PLC0415 (as above)
     from pyspark.sql import functions as F  # noqa: PLC0415
 
-    from hightide.history.events import holds_copies  # noqa: PLC0415
+    from hightide.history.events import incarnation_bounds  # noqa: PLC0415
     from hightide.history.rebuild import all_timelines  # noqa: PLC0415
     from hightide.history.snapshot import lake_files, ordered_with_starts, read_rows  # noqa: PLC0415
 
     parts = [part for hour, found in lake_files(lake).items() if hour <= at_ms // HOUR_MS for part in found]
     rows = read_rows(spark, lake, parts).where(F.col("wall_ms") <= at_ms)
-    # Read and ordered once; ordered without looking for copies where a job over the keys finds none.
-    events = ordered_with_starts(rows, None, copies=holds_copies(rows)).persist(StorageLevel.MEMORY_AND_DISK)
-    replicas, partitions, epochs = all_timelines(events)
+    # Ordered without looking for copies where the incarnations' bounds say there are none. Not cached: the replica
+    # side reads the lake once, and what is kept for the epoch timeline is its folded rows (narrow), not the events
+    # with their payloads; the controller side keeps its own few rows.
+    events = ordered_with_starts(rows, None, bounds=incarnation_bounds(rows))
+    held: list[DataFrame] = []
+
+    def hold(frame: DataFrame) -> DataFrame:
+        held.append(frame.persist(StorageLevel.MEMORY_AND_DISK))
+        return held[-1]
+
+    replicas, partitions, epochs = all_timelines(events, hold)
     replicas.write.mode("overwrite").parquet(str(out / "replicas"))
     partitions.write.mode("overwrite").parquet(str(out / "partitions"))
     epochs.write.mode("overwrite").parquet(str(out / "epochs"))
-    events.unpersist()
+    for frame in held:
+        frame.unpersist()
 
 
 def run_snapshot(args: argparse.Namespace) -> int:

@@ -92,7 +92,7 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from hightide.history.events import LAKE_SCHEMA, event_id_column
+from hightide.history.events import LAKE_SCHEMA, Bounds, event_id_column
 from hightide.history.rebuild import (
     CONTROLLER_TYPES,
     EPOCHS_TYPE,
@@ -364,10 +364,10 @@ def _continued_events(rows: DataFrame, held: Snapshotted | None, boundary_ms: in
     return events.unionByName(_opened_rows(held.replicas, events, boundary_ms))
 
 
-def ordered_with_starts(rows: DataFrame, incarnations: DataFrame | None, *, copies: bool = True) -> DataFrame:
+def ordered_with_starts(rows: DataFrame, incarnations: DataFrame | None, *, bounds: Bounds | None = None) -> DataFrame:
     """`hightide.history.rebuild.fold_events` (the events the folds read, in order), where an incarnation a snapshot
-    saw starts when the snapshot says (`copies` as `fold_events` takes it)."""
-    return fold_events(rows, (), incarnations, copies=copies)
+    saw starts when the snapshot says (`bounds` as `fold_events` takes it)."""
+    return fold_events(rows, (), incarnations, bounds=bounds)
 
 
 def _opened_rows(replicas: DataFrame, like: DataFrame, boundary_ms: int) -> DataFrame:
