@@ -21,10 +21,7 @@ from support.lake_history import write_lake
 
 
 def test_spark_reads_each_emitter_in_the_audits_order(spark: SparkSession, tmp_path: Path) -> None:
-    simulation = Simulation(7)
-    simulation.history = []
-    simulation.run(1_500)
-    history = simulation.history
+    history = _simulated(1_500)
     write_lake([*history, *history[:40]], tmp_path / "lake")  # the first 40 stored twice
 
     frame = read_lake(spark, tmp_path / "lake")
@@ -86,15 +83,13 @@ def _raw(spark: SparkSession, lake: Path) -> DataFrame:
 
 
 def test_a_payload_reads_as_typed_columns(spark: SparkSession, tmp_path: Path) -> None:
-    simulation = Simulation(7)
-    simulation.history = []
-    simulation.run(600)
-    write_lake(simulation.history, tmp_path / "lake")
+    history = _simulated(600)
+    write_lake(history, tmp_path / "lake")
 
     frame = of_type(read_lake(spark, tmp_path / "lake"), events.PartitionChanged)
     changed = frame.orderBy("service", "emitter_id", "position").collect()
 
-    held = [event for _, event in History.of(simulation.history).of_type(events.PartitionChanged)]
+    held = [event for _, event in History.of(history).of_type(events.PartitionChanged)]
     assert [(r.topic, r.partition, tuple(r.isr), r.leader_epoch, r.partition_epoch) for r in changed] == [
         (e.topic, e.partition, e.isr, e.leader_epoch, e.partition_epoch) for e in held
     ]
