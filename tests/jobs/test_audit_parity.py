@@ -59,3 +59,15 @@ def test_a_mutant_run_audits_the_same(spark: SparkSession, tmp_path: Path, name:
     on_spark = run_audit(spark, write_lake(history, tmp_path / "lake"))
 
     assert on_spark == audit(history)
+
+
+@pytest.mark.parametrize("name", ["truncate_to_local_high_watermark", "unclean_election"])
+def test_an_audit_reading_the_lake_uncached_finds_the_same(spark: SparkSession, tmp_path: Path, name: str) -> None:
+    # A lake larger than one shuffle partition's events is read by each check from its files, not from a cache
+    # (`audit.prepare`); the tests' histories are small, so that reading is asked for here.
+    history = simulated.mutant_history(simulated.mutant(name), MUTANT_SEEDS[name])
+
+    on_spark = run_audit(spark, write_lake(history, tmp_path / "lake"), cache=False)
+
+    assert on_spark, f"{name}: the history should give findings (losses, attributed or not)"
+    assert on_spark == audit(history)

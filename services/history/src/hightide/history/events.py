@@ -56,13 +56,28 @@ def read_lake(spark: SparkSession, lake: Path) -> DataFrame:
     `incarnation_start` (the wall_ms of the incarnation's first event) and `position` (its place in its emitter's
     order) and `clashing` (see `with_order`). An exact duplicate of an event (same emitter incarnation and
     sequence, as an at-least-once relay may store) is kept once."""
+    return ordered_lake(spark, lake).frame
+
+
+@dataclass(frozen=True)
+class OrderedLake:
+    """`read_lake`'s frame, and whether the lake holds copies (`Bounds.copies`): without, each read of the frame
+    is a scan of the lake's files and a broadcast join; with, it also searches the rows for copies (a shuffle)."""
+
+    frame: DataFrame
+    copies: bool
+
+
+def ordered_lake(spark: SparkSession, lake: Path) -> OrderedLake:
+    """`read_lake`'s frame with what its incarnations' bounds found of copies."""
     paths = [str(part.path) for part in scan_lake(lake).files]
     if not paths:
         # An empty frame made in the JVM: `createDataFrame` from Python data would need Python on the executors.
         nothing = [F.lit(None).cast(field.dataType).alias(field.name) for field in LAKE_SCHEMA.fields]
-        return with_order(spark.range(0).select(*nothing))
+        return OrderedLake(with_order(spark.range(0).select(*nothing)), copies=False)
     raw = spark.read.schema(LAKE_SCHEMA).parquet(*paths)
-    return with_order(raw, incarnation_bounds(raw))
+    bounds = incarnation_bounds(raw)
+    return OrderedLake(with_order(raw, bounds), bounds.copies)
 
 
 def with_order(raw: DataFrame, bounds: Bounds | None = None) -> DataFrame:
