@@ -236,6 +236,25 @@ def of_type(events: DataFrame, event_class: type[Event], keep: Sequence[str] = (
     return parsed.select(*common, *[F.col("_p").getField(name).alias(name) for name in schema.fieldNames()])
 
 
+def of_types(events: DataFrame, event_classes: Sequence[type[Event]]) -> DataFrame:
+    """The events of `event_classes` in one read: their emitter, order, id and `type`, and the union of their
+    payloads' fields as typed columns (null where a type has no such field; the payload's `topic`, `partition`
+    and `replica` where it names them). A field shared by two types has one Spark type in the catalogue (checked
+    here)."""
+    fields: dict[str, T.StructField] = {}
+    for event_class in event_classes:
+        for field in payload_schema(event_class).fields:
+            held = fields.setdefault(field.name, field)
+            assert held.dataType == field.dataType, f"{field.name}: {held.dataType} and {field.dataType}"
+    schema = T.StructType(list(fields.values()))
+    names = [event_class.TYPE for event_class in event_classes]
+    parsed = events.where(F.col("type").isin(*names)).withColumn("_p", F.from_json("payload", schema))
+    base = [
+        F.col(name) for name in ("cluster_id", "service", "emitter_id", "incarnation", "position", "event_id", "type")
+    ]
+    return parsed.select(*base, *[F.col("_p").getField(name).alias(name) for name in fields])
+
+
 def payload_schema(event_class: type[Event]) -> T.StructType:
     """The struct of an event type's payload, from the catalogue's declared field types."""
     assert CATALOGUE.get(event_class.TYPE) is event_class, f"{event_class} is not in the catalogue"

@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from hightide.audit.checks.commits import LOSSY_OPEN_REASONS
-from hightide.history.events import of_type
+from hightide.history.events import of_type, of_types
 from hightide.history.findings import finding_columns
 from hightide.protocol import events
 
@@ -30,54 +30,78 @@ ALL: Final = -1  # a cut at -1 removes every entry (starts are >= 0)
 BIG: Final = 2**62
 
 
-def _rows(frame: DataFrame, kind: str, replica: str = "replica", **columns: Column) -> DataFrame:
-    """One event type's rows in the replica stream's shape: a column per fact some event gives, null elsewhere."""
-    names = ["leo", "lso", "cut", "leader", "known", "lo", "hi", "epoch", "value", "reason", "acks", "entries"]
-    types = {"leader": "boolean", "reason": "string", "entries": "array<array<bigint>>", "acks": "int"}
-    selected = [
-        F.col("topic"),
-        F.col("partition"),
-        F.col(replica).alias("replica"),
-        F.col("position"),
-        F.col("event_id"),
-    ]
-    extra = [columns.get(n, F.lit(None)).cast(types.get(n, "bigint")).alias(n) for n in names]
-    return frame.select(*selected, F.lit(kind).alias("kind"), *extra)
+# The replica stream's columns past its key, each a fact some event gives (null where an event gives none), with
+# its Spark type.
+_STREAM_FACTS: Final = {
+    "leo": "bigint", "lso": "bigint", "cut": "bigint", "leader": "boolean", "known": "bigint", "lo": "bigint",
+    "hi": "bigint", "epoch": "bigint", "value": "bigint", "reason": "string", "acks": "int",
+    "entries": "array<array<bigint>>",
+}  # fmt: skip
+
+
+def _stream_sources() -> list[tuple[type[events.Event], str, dict[str, Column]]]:
+    """Each event type of the replica stream: its `kind` and the facts it gives, as expressions over its payload."""
+    c = F.col
+    gone = {"leo": F.lit(0), "lso": F.lit(0), "cut": F.lit(ALL), "leader": F.lit(False)}
+    start_over = c("reason") == "start_over"
+    return [
+        (events.LogOpened, "opened", {"leo": c("log_end_offset"), "lso": c("log_start_offset"), "cut": F.lit(ALL),
+                                      "leader": F.lit(False), "reason": c("reason"), "entries": c("leader_epochs")}),
+        (events.LeaderEpochStarted, "epoch", {"cut": c("start_offset"), "epoch": c("leader_epoch"),
+                                              "lo": c("start_offset")}),
+        (events.RecordsAppended, "appended", {"leo": c("log_end_offset")}),
+        (events.LogTruncated, "truncated", {
+            "leo": c("truncated_to"), "lso": F.when(start_over, c("truncated_to")),
+            "cut": F.when(start_over, F.lit(ALL)).otherwise(c("truncated_to")), "lo": c("truncated_to"),
+            "hi": c("log_end_offset_before"), "epoch": c("leader_epoch"), "reason": c("reason")}),
+        (events.LeaderEpochsTruncated, "epochs_truncated", {"cut": c("end_offset")}),
+        (events.LogStartOffsetAdvanced, "log_start", {"lso": c("log_start_offset")}),
+        (events.LogDeleted, "gone", gone),
+        (events.ReplicaOffline, "gone", gone),
+        (events.HighWatermarkAdvanced, "hw", {"lo": c("previous"), "hi": c("high_watermark"),
+                                              "epoch": c("leader_epoch")}),
+        (events.BecameLeader, "leader", {"leader": F.lit(True), "known": c("leader_epoch"), "hi": c("log_end_offset"),
+                                         "epoch": c("leader_epoch")}),
+        (events.BecameFollower, "follower", {"leader": F.lit(False), "known": c("leader_epoch")}),
+        # An acknowledgement is its leader's: `replica` is the leader (below).
+        (events.ProduceCompleted, "ack", {"lo": c("base_offset"), "hi": c("last_offset") + 1,
+                                          "epoch": c("leader_epoch"), "value": c("high_watermark"), "acks": c("acks")}),
+    ]  # fmt: skip
+
+
+def _stream_rows(lake: DataFrame) -> DataFrame:
+    """The replica stream's events, one row each: KEY, position, event_id, `kind` and its facts (`_STREAM_FACTS`).
+
+    One read of the lake, each payload parsed once against the union of the types' fields (`events.of_types`),
+    rather than a read per type put together by unions: without the audit's cache (`audit.prepare`) each read is
+    a scan of the lake's files."""
+    c = F.col
+    sources = _stream_sources()
+    rows = of_types(lake, [event_class for event_class, _, _ in sources])
+    acked = c("type") == events.ProduceCompleted.TYPE
+    wanted = (c("error") == "NONE") & c("acks").isin(-1, 1) & (c("base_offset") >= 0)
+
+    def by_type(values: Sequence[tuple[type[events.Event], Column]]) -> Column:
+        chosen = F.when(c("type") == values[0][0].TYPE, values[0][1])
+        for event_class, value in values[1:]:
+            chosen = chosen.when(c("type") == event_class.TYPE, value)
+        return chosen
+
+    kind = by_type([(event_class, F.lit(name)) for event_class, name, _ in sources])
+    facts = []
+    for name, kind_type in _STREAM_FACTS.items():
+        given = [(event_class, gives[name]) for event_class, _, gives in sources if name in gives]
+        facts.append(by_type(given).cast(kind_type).alias(name))
+    return rows.where(~acked | wanted).select(
+        "topic", "partition", F.when(acked, c("leader")).otherwise(c("replica")).alias("replica"), "position",
+        "event_id", kind.alias("kind"), *facts,
+    )  # fmt: skip
 
 
 def replica_stream(lake: DataFrame) -> DataFrame:
     """Every event that changes or reads a replica's log, one row each, with its state after it: `leo_t`, `lso_t`,
     `leader_t`, `known_t` (the last leader epoch it heard), `leo_before`, and the next event's kind and log start."""
-    c = F.col
-    parts = [
-        _rows(of_type(lake, events.LogOpened), "opened", leo=c("log_end_offset"), lso=c("log_start_offset"),
-              cut=F.lit(ALL), leader=F.lit(False), reason=c("reason"), entries=c("leader_epochs")),
-        _rows(of_type(lake, events.LeaderEpochStarted), "epoch", cut=c("start_offset"), epoch=c("leader_epoch"),
-              lo=c("start_offset")),
-        _rows(of_type(lake, events.RecordsAppended), "appended", leo=c("log_end_offset")),
-        _rows(of_type(lake, events.LogTruncated), "truncated", leo=c("truncated_to"),
-              lso=F.when(c("reason") == "start_over", c("truncated_to")),
-              cut=F.when(c("reason") == "start_over", F.lit(ALL)).otherwise(c("truncated_to")),
-              lo=c("truncated_to"), hi=c("log_end_offset_before"), epoch=c("leader_epoch"), reason=c("reason")),
-        _rows(of_type(lake, events.LeaderEpochsTruncated), "epochs_truncated", cut=c("end_offset")),
-        _rows(of_type(lake, events.LogStartOffsetAdvanced), "log_start", lso=c("log_start_offset")),
-        _rows(of_type(lake, events.LogDeleted), "gone", leo=F.lit(0), lso=F.lit(0), cut=F.lit(ALL),
-              leader=F.lit(False)),
-        _rows(of_type(lake, events.ReplicaOffline), "gone", leo=F.lit(0), lso=F.lit(0), cut=F.lit(ALL),
-              leader=F.lit(False)),
-        _rows(of_type(lake, events.HighWatermarkAdvanced), "hw", lo=c("previous"), hi=c("high_watermark"),
-              epoch=c("leader_epoch")),
-        _rows(of_type(lake, events.BecameLeader), "leader", leader=F.lit(True), known=c("leader_epoch"),
-              hi=c("log_end_offset"), epoch=c("leader_epoch")),
-        _rows(of_type(lake, events.BecameFollower), "follower", leader=F.lit(False), known=c("leader_epoch")),
-        _rows(of_type(lake, events.ProduceCompleted).where(
-            (c("error") == "NONE") & c("acks").isin(-1, 1) & (c("base_offset") >= 0)), "ack", replica="leader",
-              lo=c("base_offset"), hi=c("last_offset") + 1, epoch=c("leader_epoch"), value=c("high_watermark"),
-              acks=c("acks")),
-    ]  # fmt: skip
-    stream = parts[0]
-    for part in parts[1:]:
-        stream = stream.unionByName(part)
+    stream = _stream_rows(lake)
     upto = Window.partitionBy(*KEY).orderBy("position").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     before = Window.partitionBy(*KEY).orderBy("position").rowsBetween(Window.unboundedPreceding, -1)
     ordered = Window.partitionBy(*KEY).orderBy("position")

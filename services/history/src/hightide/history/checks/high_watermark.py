@@ -18,12 +18,11 @@ Room: services/history. Window functions over the ordered events of `read_lake`,
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Final, NamedTuple
 
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from hightide.audit.checks.high_watermark import (
     DEFAULT_MIN_INSYNC_REPLICAS,
@@ -35,7 +34,7 @@ from hightide.audit.checks.high_watermark import (
     MIN_INSYNC_REPLICAS_DIGITS_MAX,
     NO_LEO,
 )
-from hightide.history.events import payload_schema
+from hightide.history.events import of_types
 from hightide.history.findings import finding_columns
 from hightide.protocol import events
 
@@ -49,24 +48,6 @@ _BEFORE_NOW: Final = (Window.unboundedPreceding, -1)
 
 def _null(kind: str) -> Column:
     return F.lit(None).cast(kind)
-
-
-def _payloads(frame: DataFrame, event_classes: Sequence[type[events.Event]]) -> DataFrame:
-    """The events of `event_classes` in one pass: their emitter, order, id and `type`, and the union of their
-    payloads' fields as typed columns (null where a type has no such field). A field shared by two types has one
-    Spark type in the catalogue (checked here)."""
-    fields: dict[str, T.StructField] = {}
-    for event_class in event_classes:
-        for field in payload_schema(event_class).fields:
-            held = fields.setdefault(field.name, field)
-            assert held.dataType == field.dataType, f"{field.name}: {held.dataType} and {field.dataType}"
-    schema = T.StructType(list(fields.values()))
-    names = [event_class.TYPE for event_class in event_classes]
-    parsed = frame.where(F.col("type").isin(*names)).withColumn("_p", F.from_json("payload", schema))
-    base = [
-        F.col(name) for name in ("cluster_id", "service", "emitter_id", "incarnation", "position", "event_id", "type")
-    ]
-    return parsed.select(*base, *[F.col("_p").getField(name).alias(name) for name in fields])
 
 
 def _is(*event_classes: type[events.Event]) -> Column:
@@ -121,7 +102,7 @@ def _replica_changes(frame: DataFrame) -> DataFrame:
     """The events that move a replica's offsets or end it, as columns of what each sets: `leo_set`, `hw_set`,
     `start_value` (a log start set outright), `cut_to` (an ordinary truncation's point: the log start becomes at
     most that), `resets` (1 where a new state begins) and `changes_offsets`."""
-    rows = _payloads(frame, (*_OFFSET_CHANGES, events.LogDeleted, events.ReplicaOffline))
+    rows = of_types(frame, (*_OFFSET_CHANGES, events.LogDeleted, events.ReplicaOffline))
     opened, truncated = _is(events.LogOpened), _is(events.LogTruncated)
     start_over = truncated & (F.col("reason") == "start_over")
     return rows.select(
@@ -229,7 +210,7 @@ def _leader_view(frame: DataFrame) -> DataFrame:
 
 def _leader_view_rows(frame: DataFrame) -> DataFrame:
     """The events of a leader's view, keyed by LEADER_KEY (`replica` is the leader), as columns of what each sets."""
-    rows = _payloads(frame, (events.BecameLeader, events.HighWatermarkAdvanced, *_FORGETS_FOLLOWERS, *_BY_LEADER))
+    rows = of_types(frame, (events.BecameLeader, events.HighWatermarkAdvanced, *_FORGETS_FOLLOWERS, *_BY_LEADER))
     ids = "array<int>"
 
     def isr_of(members: Column, event_id: Column) -> Column:
@@ -417,7 +398,7 @@ def topic_min_insync_replicas(frame: DataFrame) -> DataFrame:
         number = F.when(readable, text.cast("int"))
         return F.when(number >= 1, number).otherwise(default)
 
-    rows = _payloads(frame, (events.TopicCreated, events.TopicConfigsAltered))
+    rows = of_types(frame, (events.TopicCreated, events.TopicConfigsAltered))
     rows = rows.join(F.broadcast(defaults), "cluster_id", "left")
     named = F.filter(F.col("configs"), lambda pair: F.get(pair, 0) == MIN_INSYNC_REPLICAS)
     unset = _is(events.TopicCreated) & (F.size(named) == 0)
@@ -429,7 +410,7 @@ def topic_min_insync_replicas(frame: DataFrame) -> DataFrame:
 def cluster_min_insync_replicas(frame: DataFrame) -> DataFrame:
     """Each cluster id's min.insync.replicas for topics that do not set it: the least that its ControllerElected
     events name, (`cluster_id`, `cluster_min_insync_replicas`); a cluster none names has no row (Kafka's default)."""
-    elected = _payloads(frame, (events.ControllerElected,)).where(F.col("min_insync_replicas") >= 1)
+    elected = of_types(frame, (events.ControllerElected,)).where(F.col("min_insync_replicas") >= 1)
     return elected.groupBy("cluster_id").agg(F.min("min_insync_replicas").alias("cluster_min_insync_replicas"))
 
 
