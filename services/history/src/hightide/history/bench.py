@@ -283,6 +283,16 @@ aggregate, 1.5 s at 10M against 5.4 s, and ordering then needs no second read of
 10M, three runs in one JVM: 41.1 / 40.2 s warm before, 32.5 / 24.2 / 26.1 s now; at 1M 14.3 / 8.0 -> 10.9 / 5.8 /
 5.4 s. `rebuild --out` keeps the replica fold's narrow rows instead (`replica_timeline`'s `hold`: the replica and
 epoch timelines both read them), all three timelines written, twice in one JVM: 81.9 / 70.4 -> 68.7 / 54.3 s at 10M.
+The audit reading the lake (2026-12-01, /work/prof/s42/, not committed; `run_audit` at 10M in a fresh JVM, quiet):
+with ordering cheap, `audit.prepare`'s cache of the whole lake cost more than it saved (building it 21-24 s, about
+12 s of that the in-memory columns of the payload text; a read of one type from it 0.3-0.5 s faster than from the
+files), so a large lake without copies is read from its files by each check: 208.1 -> 179.1 s. The replica stream
+read once with one parse against its twelve types' fields, not twelve reads in a union: 179.1 -> 163.1 s. Where the
+time is now: the three big windowed folds (the replica stream 22-27 s, the leaders' view 20-21 s, `hw_within_log`
+15-18 s) and the commits fold's `runs_of` (about 22 s). Measured and not kept: a cache of the rare types only (179k
+rows, 2.8 s) in a union with the bulk types read from the files: 178.4 s; the fifteen replica and leader types parsed
+once into a cache of typed columns (26.1 s to build) read by those three folds: 69.1 s for the three with it against
+66.2 s without. Parsing is not where those folds spend it: from the parsed cache they still took 15.7, 12.9 and 14.4 s.
 """
 
 from __future__ import annotations
