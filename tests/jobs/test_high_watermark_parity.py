@@ -67,7 +67,7 @@ HISTORIES: dict[str, tuple[Callable[[], list[Envelope]], dict[str, int]]] = {
     # since KAFKA-9952, found by running seeds 0..99 through the specification (seed 4 was, since the simulated
     # producers keep five batches in flight).
     "shrinks-alone-seed-1": (lambda: _simulated(1, "leader_shrinks_isr_on_its_own"), {GUARDED: 1}),
-    "hand-written": (hw_histories.every_scenario, {WITHIN_LOG: 2, MONOTONIC: 2, GUARDED: 7}),
+    "hand-written": (hw_histories.every_scenario, {WITHIN_LOG: 3, MONOTONIC: 2, GUARDED: 7}),
 }
 
 

@@ -217,6 +217,20 @@ def hw_past_leo() -> Scenario:
     return Scenario(one.envelopes + two.envelopes, ids)
 
 
+def log_start_past_hw_after_a_cut() -> Scenario:
+    """A replica truncated to 2 (the log start at most 2 from then on) grows again to LEO 10 and HW 8, then its log
+    start is set to 9: past the HW. The earlier cut no longer bounds the log start: it counts only until a log start
+    is set outright."""
+    one = Broker(1, "b1cut")
+    one.opened()
+    one.appended(0, 9)
+    one.hw_advanced(0, 8)
+    one.truncated(10, 2, hw_before=8, hw=2)
+    one.appended(2, 9)
+    one.hw_advanced(2, 8)
+    return Scenario(one.envelopes, {"lso_past_hw": one.log_start_advanced(9)})
+
+
 def replica_in_order() -> Scenario:
     """Every rule of the fold in order: open, append, HW, truncate, start over, log start, delete, re-open."""
     one = Broker(1, "b1clean")
@@ -395,6 +409,7 @@ def hw_guarded() -> Scenario:
 
 VIOLATING = (
     hw_past_leo,
+    log_start_past_hw_after_a_cut,
     leader_hw_goes_down,
     hw_past_lagging_member,
     hw_below_min_isr,

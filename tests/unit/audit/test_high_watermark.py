@@ -63,6 +63,27 @@ def test_a_truncation_that_keeps_the_hw_past_the_new_leo_and_a_log_start_past_th
     ]
 
 
+def test_a_log_start_set_past_the_hw_after_a_truncation_is_found() -> None:
+    """Given a replica truncated to 2 that grows again to LEO 10 and HW 8, when its log start is set to 9, then one
+    finding names offset 8 and that move: the truncation bounded the log start only until it was set again."""
+    scenario = hw_histories.log_start_past_hw_after_a_cut()
+
+    found = list(hw_within_log(History.of(scenario.history)))
+
+    assert found == [
+        finding(
+            HW_WITHIN_LOG,
+            topic="b1cut",
+            partition=0,
+            replica=1,
+            first_offset=8,
+            last_offset=8,
+            events=[scenario.ids["lso_past_hw"]],
+            detail="log start 9 <= HW 8 <= LEO 10 broken after LogStartOffsetAdvanced",
+        )
+    ]
+
+
 def test_every_replica_rule_keeps_the_offsets_in_order() -> None:
     """Given a replica that opens, appends, commits, moves its log start, truncates below it, starts over, is
     deleted and reopened, then no finding."""
@@ -301,5 +322,5 @@ def test_the_three_checks_are_registered_under_their_names() -> None:
     every = History.of(hw_histories.every_scenario())
     found: list[Finding] = [f for check in CHECKS.values() for f in check(every)]
     assert set(CHECKS) == {HW_WITHIN_LOG, LEADER_HW_MONOTONIC, HW_ADVANCE_GUARDED}
-    violating = {"b1", "c1", "c2", "c2min", "c2default", "c2alone", "c2grow", "c2forgot"}
+    violating = {"b1", "b1cut", "c1", "c2", "c2min", "c2default", "c2alone", "c2grow", "c2forgot"}
     assert {f.topic for f in found} == violating  # the violating scenarios, and only they
