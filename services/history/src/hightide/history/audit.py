@@ -126,6 +126,7 @@ def check_lake(lake: Path) -> int:
 
 
 def audit_frame(events: DataFrame) -> DataFrame:
-    """The union of every check's findings over `read_lake`'s DataFrame (cache it first: each check reads it)."""
+    """The union of every check's findings over `read_lake`'s DataFrame (each check reads it: `run_audit` caches it
+    where that pays, see `prepare`)."""
     frames = [check(events).select(*FINDINGS_SCHEMA.fieldNames()) for check in all_checks().values()]
     return functools.reduce(DataFrame.unionByName, frames)
