@@ -21,6 +21,7 @@ from hightide.audit.history import History
 from hightide.history.checks import commits as jobs
 from hightide.history.events import read_lake
 from hightide.history.findings import collect_findings
+from hightide.protocol import events
 from hightide.protocol.envelope import Emitter, Envelope
 from hightide.protocol.events import LeaderElected
 from support.lake_history import write_lake
@@ -69,6 +70,27 @@ def test_hand_written_histories_agree(spark: SparkSession, tmp_path: Path) -> No
     assert _violations(found["deleted_before"]) == {"acks_all_acknowledged_committed"}
     assert found["compacted"] == []
     assert _violations(found["compacted_loss"]) == {"acks_all_acknowledged_committed", "leader_completeness"}
+
+
+def test_a_cut_of_the_top_leader_epoch_entry_moves_later_records_to_the_entry_below(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The fold answers a range within its log's top entry from the stream alone, unless a cut since that entry's
+    addition reached it. Leader 1 starts epoch 1 at offset 5, drops that entry again (LeaderEpochsTruncated, its log
+    kept), then appends 5..9 and commits them: in its cache they are epoch 0's, so follower 2, which holds them in
+    epoch 1 below its HW, disagrees with the committed prefix. Read as still on top, epoch 1 would hide that."""
+    dropped = events.LeaderEpochsTruncated(topic=hand.T, partition=0, replica=1, end_offset=5)
+    history = hand.emitted(
+        hand.broker(1), hand.opened(1), hand.epoch_started(1, 0, 0), hand.leader(1, 0, 0), hand.appended(1, 0, 4),
+        hand.hw(1, 0, 5), hand.epoch_started(1, 1, 5), dropped, hand.appended(1, 5, 9, epoch=1), hand.hw(1, 5, 10),
+    ) + hand.emitted(
+        hand.broker(2), hand.opened(2), hand.follower(2, 0, 1), hand.epoch_started(2, 0, 0), hand.appended(2, 0, 4),
+        hand.epoch_started(2, 1, 5), hand.appended(2, 5, 9, epoch=1), hand.hw(2, 0, 10, epoch=1),
+    )  # fmt: skip
+    found = _both(spark, history, tmp_path / "lake")
+    assert [(f.invariant, f.replica, f.first_offset, f.last_offset) for f in found] == [
+        ("committed_prefixes_agree", 2, 5, 9)
+    ]
 
 
 def test_wiped_disk_histories_agree(spark: SparkSession, tmp_path: Path) -> None:
