@@ -35,31 +35,33 @@ BIG: Final = 2**62
 _STREAM_FACTS: Final = {
     "leo": "bigint", "lso": "bigint", "cut": "bigint", "leader": "boolean", "known": "bigint", "lo": "bigint",
     "hi": "bigint", "epoch": "bigint", "value": "bigint", "reason": "string", "acks": "int",
-    "entries": "array<array<bigint>>",
+    "entries": "array<array<bigint>>", "hw_set": "bigint",
 }  # fmt: skip
 
 
 def _stream_sources() -> list[tuple[type[events.Event], str, dict[str, Column]]]:
     """Each event type of the replica stream: its `kind` and the facts it gives, as expressions over its payload."""
     c = F.col
-    gone = {"leo": F.lit(0), "lso": F.lit(0), "cut": F.lit(ALL), "leader": F.lit(False)}
+    gone = {"leo": F.lit(0), "lso": F.lit(0), "cut": F.lit(ALL), "leader": F.lit(False), "hw_set": F.lit(0)}
     start_over = c("reason") == "start_over"
     return [
         (events.LogOpened, "opened", {"leo": c("log_end_offset"), "lso": c("log_start_offset"), "cut": F.lit(ALL),
-                                      "leader": F.lit(False), "reason": c("reason"), "entries": c("leader_epochs")}),
+                                      "leader": F.lit(False), "reason": c("reason"), "entries": c("leader_epochs"),
+                                      "hw_set": c("high_watermark")}),
         (events.LeaderEpochStarted, "epoch", {"cut": c("start_offset"), "epoch": c("leader_epoch"),
                                               "lo": c("start_offset")}),
         (events.RecordsAppended, "appended", {"leo": c("log_end_offset")}),
         (events.LogTruncated, "truncated", {
             "leo": c("truncated_to"), "lso": F.when(start_over, c("truncated_to")),
             "cut": F.when(start_over, F.lit(ALL)).otherwise(c("truncated_to")), "lo": c("truncated_to"),
-            "hi": c("log_end_offset_before"), "epoch": c("leader_epoch"), "reason": c("reason")}),
+            "hi": c("log_end_offset_before"), "epoch": c("leader_epoch"), "reason": c("reason"),
+            "hw_set": c("high_watermark")}),
         (events.LeaderEpochsTruncated, "epochs_truncated", {"cut": c("end_offset")}),
         (events.LogStartOffsetAdvanced, "log_start", {"lso": c("log_start_offset")}),
         (events.LogDeleted, "gone", gone),
         (events.ReplicaOffline, "gone", gone),
         (events.HighWatermarkAdvanced, "hw", {"lo": c("previous"), "hi": c("high_watermark"),
-                                              "epoch": c("leader_epoch")}),
+                                              "epoch": c("leader_epoch"), "hw_set": c("high_watermark")}),
         (events.BecameLeader, "leader", {"leader": F.lit(True), "known": c("leader_epoch"), "hi": c("log_end_offset"),
                                          "epoch": c("leader_epoch")}),
         (events.BecameFollower, "follower", {"leader": F.lit(False), "known": c("leader_epoch")}),
@@ -98,15 +100,31 @@ def _stream_rows(lake: DataFrame) -> DataFrame:
     )  # fmt: skip
 
 
+_STREAMS: weakref.WeakKeyDictionary[DataFrame, DataFrame] = weakref.WeakKeyDictionary()
+
+
+def stream_of(lake: DataFrame) -> DataFrame:
+    """`replica_stream` of `lake`, checkpointed once per lake DataFrame for every check that reads it (the fold
+    here, and `high_watermark.hw_within_log`); `forget` drops it."""
+    held = _STREAMS.get(lake)
+    if held is None:
+        # Checkpointed (materialised, lineage cut): every check plans against it, not against the lake.
+        held = _STREAMS[lake] = replica_stream(lake).localCheckpoint()
+    return held
+
+
 def replica_stream(lake: DataFrame) -> DataFrame:
     """Every event that changes or reads a replica's log, one row each, with its state after it: `leo_t`, `lso_t`,
-    `leader_t`, `known_t` (the last leader epoch it heard), `leo_before`, the next event's kind and log start, and
-    its log's top entry where the stream alone tells it (`top_x`, `top_s`; see `_top_entry`)."""
+    `leader_t`, `known_t` (the last leader epoch it heard), `leo_before`, the next event's kind and log start, its
+    log's top entry where the stream alone tells it (`top_x`, `top_s`; see `_top_entry`), and B1's reading of its
+    offsets (`hw_t`, `lso_b`, `hw_broken`; see `_offsets_in_order`). One shuffle and one sort: every window here
+    has the same partitioning and order."""
     stream = _stream_rows(lake)
     upto = Window.partitionBy(*KEY).orderBy("position").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     before = Window.partitionBy(*KEY).orderBy("position").rowsBetween(Window.unboundedPreceding, -1)
     ordered = Window.partitionBy(*KEY).orderBy("position")
-    return _top_entry(
+    resets = F.when(F.col("kind").isin("opened", "gone"), 1).otherwise(0)
+    return _offsets_in_order(_top_entry(
         stream.select(
             "*",
             F.coalesce(F.last("leo", True).over(upto), F.lit(0)).alias("leo_t"),
@@ -125,9 +143,12 @@ def replica_stream(lake: DataFrame) -> DataFrame:
             F.lead("lso").over(ordered).alias("next_lso"),
             F.last(_added_top(), True).over(upto).alias("_top"),
             F.last(F.when(_adds(), F.col("position")), True).over(upto).alias("_added_at"),
+            F.coalesce(F.last("hw_set", True).over(upto), F.lit(0)).alias("hw_t"),
+            F.count("lso").over(upto).alias("_starts"),
+            F.sum(resets).over(upto).alias("_life"),
         ),
         upto,
-    )
+    ), upto, before)  # fmt: skip
 
 
 def _adds() -> Column:
@@ -165,6 +186,39 @@ def _top_entry(stream: DataFrame, upto: WindowSpec) -> DataFrame:
         F.when(known, c("_top.s")).alias("top_s"),
         F.when(known, c("_top.x")).alias("top_x"),
     )
+
+
+# The stream's kinds that move a replica's offsets (B1's events), and their event types.
+OFFSET_MOVES: Final[dict[str, type[events.Event]]] = {
+    "opened": events.LogOpened, "appended": events.RecordsAppended, "hw": events.HighWatermarkAdvanced,
+    "truncated": events.LogTruncated, "log_start": events.LogStartOffsetAdvanced,
+}  # fmt: skip
+
+
+def _offsets_in_order(stream: DataFrame, upto: WindowSpec, before: WindowSpec) -> DataFrame:
+    """`stream` with B1's reading of each row (see `high_watermark.hw_within_log`): `hw_t`, the HW after it (the
+    last one set since the log opened or went, else 0), `lso_b`, its log start as B1 reads it (the last one set,
+    lowered by every ordinary truncation since), and `hw_broken`, true where a row that moves the offsets leaves
+    log start <= HW <= LEO broken and the log's previous such row (since it opened or went) did not.
+
+    A log's life (`_life`) starts where it opens or goes; its log start is set by those rows too, so a running
+    count of the rows setting it (`_starts`) numbers the stretches each truncation lowers it within. The least
+    truncation point of the current stretch is a running maximum of (stretch, -point): the latest stretch wins,
+    and within it the least point, without a window per stretch (one more sort)."""
+    c = F.col
+    point = F.when((c("kind") == "truncated") & (c("reason") != "start_over"), c("cut"))
+    within = F.max(F.struct(c("_starts").alias("n"), F.coalesce(-point, F.lit(-BIG)).alias("m"))).over(upto)
+    least_point = F.when(c("_within.m") > -BIG, -c("_within.m"))
+    moves = c("kind").isin(*OFFSET_MOVES)
+    marked = stream.withColumn("_within", within).withColumn("lso_b", F.least("lso_t", least_point))
+    broken = marked.withColumn("_broken", moves & ~((c("lso_b") <= c("hw_t")) & (c("hw_t") <= c("leo_t"))))
+    previous = F.last(F.when(moves, F.struct(c("_life").alias("life"), c("_broken").alias("broken"))), True)
+    was = F.coalesce((previous.over(before).getField("life") == c("_life")) & previous.over(before).getField("broken"),
+                     F.lit(False))  # fmt: skip
+    return broken.select(
+        *[name for name in stream.columns if name not in ("_starts", "_life")], "lso_b",
+        (c("_broken") & ~was).alias("hw_broken"),
+    )  # fmt: skip
 
 
 def entry_lives(stream: DataFrame) -> DataFrame:
@@ -291,9 +345,10 @@ def _entries_at(wanted: DataFrame, depths: DataFrame) -> DataFrame:
 
 
 def forget(lake: DataFrame) -> None:
-    """Drop the fold of `lake` (its checkpointed frames are freed once nothing refers to them): an audit's last
-    step, so a long-lived process does not keep every history it audited."""
+    """Drop the fold and the replica stream of `lake` (their checkpointed frames are freed once nothing refers to
+    them): an audit's last step, so a long-lived process does not keep every history it audited."""
     _FOLDED.pop(lake, None)
+    _STREAMS.pop(lake, None)
 
 
 def _folded(lake: DataFrame, min_insync_replicas: int) -> Folded:
@@ -310,7 +365,7 @@ class Folded:
     def __init__(self, lake: DataFrame, min_insync_replicas: int) -> None:
         c = F.col
         # Checkpointed (materialised, lineage cut): every check plans against these small frames, not the fold.
-        stream = replica_stream(lake).localCheckpoint()
+        stream = stream_of(lake)
         entries = entry_depths(entry_lives(stream)).localCheckpoint()
         hw = stream.where(c("kind") == "hw")
         clip = F.when(~c("leader_t") & (c("next_kind") == "log_start"), F.greatest("lso_t", "next_lso")).otherwise(

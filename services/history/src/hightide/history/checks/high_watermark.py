@@ -6,7 +6,8 @@ Room: services/history. Window functions over the ordered events of `read_lake`,
 
 - a replica's state after each event is the last value each event set, per column, within a segment of its
   events that a LogOpened, LogDeleted or ReplicaOffline starts (so the state resets there); the log start is the
-  least of the last value set and every later ordinary truncation point (a running minimum);
+  least of the last value set and every later ordinary truncation point (a running minimum). B1 reads it off the
+  commit checks' replica stream (`commits.stream_of`), which folds each replica's events once for both;
 - a leadership tenure is a segment of one broker incarnation's events for one replica, started by each
   BecameLeader, BecameFollower, LogOpened, LogDeleted or ReplicaOffline; it leads when its first event is a
   BecameLeader. The HW it held before an advance is the last HW it stated on an earlier row;
@@ -34,12 +35,11 @@ from hightide.audit.checks.high_watermark import (
     MIN_INSYNC_REPLICAS_DIGITS_MAX,
     NO_LEO,
 )
+from hightide.history.checks import commits
 from hightide.history.events import of_types
 from hightide.history.findings import finding_columns
 from hightide.protocol import events
 
-REPLICA_KEY: Final = ("topic", "partition", "replica")
-STREAM_ORDER: Final = ("service", "emitter_id", "position")
 # A leader's view: one broker incarnation's events for one replica (`replica` is the leader's id).
 LEADER_KEY: Final = ("service", "emitter_id", "incarnation", "topic", "partition", "replica")
 _UNTIL_NOW: Final = (Window.unboundedPreceding, Window.currentRow)
@@ -59,77 +59,29 @@ def _is(*event_classes: type[events.Event]) -> Column:
 
 def hw_within_log(frame: DataFrame) -> DataFrame:
     """B1 HwLeLeo (reliability.md §8): log start <= HW <= LEO after every offset-changing event of a replica,
-    reported where it breaks (see `hightide.audit.checks.high_watermark.hw_within_log`)."""
-    changes = _replica_changes(frame)
-    replica = Window.partitionBy(*REPLICA_KEY).orderBy(*STREAM_ORDER)
-    segment = Window.partitionBy(*REPLICA_KEY, "segment").orderBy(*STREAM_ORDER)
-    since_start_set = Window.partitionBy(*REPLICA_KEY, "segment", "start_set").orderBy(*STREAM_ORDER)
-    in_segment = segment.rowsBetween(*_UNTIL_NOW)
-
-    def last_set(column: str) -> Column:
-        """The last value set in the segment so far; 0 before any (the rebuild starts a replica empty)."""
-        return F.coalesce(F.last(column, True).over(in_segment), F.lit(0).cast("bigint"))
-
-    state = (
-        changes.withColumn("segment", F.sum("resets").over(replica.rowsBetween(*_UNTIL_NOW)))
-        .withColumn("leo", last_set("leo_set"))
-        .withColumn("hw", last_set("hw_set"))
-        .withColumn("start_set", F.count("start_value").over(in_segment))
-        .withColumn("start_last", last_set("start_value"))
-        .withColumn("cut_min", F.min("cut_to").over(since_start_set.rowsBetween(*_UNTIL_NOW)))
-        .withColumn("lso", F.least("start_last", "cut_min"))
-        .where(F.col("changes_offsets"))
-        .withColumn("broken", ~((F.col("lso") <= F.col("hw")) & (F.col("hw") <= F.col("leo"))))
-        .withColumn("was_broken", F.coalesce(F.lag("broken").over(segment), F.lit(False)))
-    )
-    past_end = F.col("hw") > F.col("leo")
-    found = state.where(F.col("broken") & ~F.col("was_broken"))
+    reported where it breaks (see `hightide.audit.checks.high_watermark.hw_within_log`). Read off the replica
+    stream of the commit checks (`commits.stream_of`), whose windows fold each replica's offsets once for both:
+    `leo_t`, `hw_t` and `lso_b` after each event, `hw_broken` where the rule breaks (`commits._offsets_in_order`)."""
+    c = F.col
+    found = commits.stream_of(frame).where(c("hw_broken"))
+    moves = list(commits.OFFSET_MOVES.items())
+    event_type = F.when(c("kind") == moves[0][0], moves[0][1].TYPE)
+    for kind, event_class in moves[1:]:
+        event_type = event_type.when(c("kind") == kind, event_class.TYPE)
+    hw, leo, lso = c("hw_t"), c("leo_t"), c("lso_b")
+    past_end = hw > leo
     return found.select(
         *finding_columns(
             HW_WITHIN_LOG,
-            topic=F.col("topic"),
-            partition=F.col("partition"),
-            replica=F.col("replica"),
-            first_offset=F.when(past_end, F.col("leo")).otherwise(F.col("hw")),
-            last_offset=F.when(past_end, F.col("hw") - 1).otherwise(F.col("lso") - 1),
+            topic=c("topic"),
+            partition=c("partition"),
+            replica=c("replica"),
+            first_offset=F.when(past_end, leo).otherwise(hw),
+            last_offset=F.when(past_end, hw - 1).otherwise(lso - 1),
             events=F.array("event_id"),
-            detail=F.format_string("log start %d <= HW %d <= LEO %d broken after %s", "lso", "hw", "leo", "type"),
+            detail=F.format_string("log start %d <= HW %d <= LEO %d broken after %s", lso, hw, leo, event_type),
         )
     )
-
-
-def _replica_changes(frame: DataFrame) -> DataFrame:
-    """The events that move a replica's offsets or end it, as columns of what each sets: `leo_set`, `hw_set`,
-    `start_value` (a log start set outright), `cut_to` (an ordinary truncation's point: the log start becomes at
-    most that), `resets` (1 where a new state begins) and `changes_offsets`."""
-    rows = of_types(frame, (*_OFFSET_CHANGES, events.LogDeleted, events.ReplicaOffline))
-    opened, truncated = _is(events.LogOpened), _is(events.LogTruncated)
-    start_over = truncated & (F.col("reason") == "start_over")
-    return rows.select(
-        *REPLICA_KEY,
-        *STREAM_ORDER,
-        "event_id",
-        "type",
-        F.when(opened | _is(events.RecordsAppended), F.col("log_end_offset"))
-        .when(truncated, F.col("truncated_to"))
-        .alias("leo_set"),
-        F.when(opened | truncated | _is(events.HighWatermarkAdvanced), F.col("high_watermark")).alias("hw_set"),
-        F.when(opened | _is(events.LogStartOffsetAdvanced), F.col("log_start_offset"))
-        .when(start_over, F.col("truncated_to"))
-        .alias("start_value"),
-        F.when(truncated & ~start_over, F.col("truncated_to")).alias("cut_to"),
-        F.when(_is(events.LogOpened, events.LogDeleted, events.ReplicaOffline), 1).otherwise(0).alias("resets"),
-        (~_is(events.LogDeleted, events.ReplicaOffline)).alias("changes_offsets"),
-    )
-
-
-_OFFSET_CHANGES: Final = (
-    events.LogOpened,
-    events.RecordsAppended,
-    events.HighWatermarkAdvanced,
-    events.LogTruncated,
-    events.LogStartOffsetAdvanced,
-)
 
 
 # -- leadership tenures (C1, C2) -----------------------------------------------------------------------------------
