@@ -297,6 +297,19 @@ Nor is sorting: `hw_within_log` and the leaders' view rewritten to sort once (ev
 the view's whole stream, each value carried in a struct with its segment or tenure and read where that is the
 current row's) gave the same findings on every test history, but `hw_within_log` took 24.6 s against 18.2 s, and
 the leaders' view ran out of the 4 GiB heap at 10M (its windows then buffer whole views, not tenures).
+The replica stream does more (2026-12-02, a slower machine than the above: the base audit took 259-269 s at 10M and
+72.3 s at 1M there, quiet, `run_audit` in a fresh JVM, /work/prof/s45/, not committed). (1) The HW advances and
+acknowledgements whose range lies within their log's top leader epoch entry (known from the stream while no cut has
+reached it since it was added: `commits._top_entry`) get their one run there, so `runs_of` answers only the rest:
+its three checkpoints 34.3 -> 8.5 s, the stream 42.9 -> 46.5 s, the audit 269.1 -> 233.5 s. (2) `hw_within_log`
+reads the stream's own fold of each replica's offsets (`commits._offsets_in_order`: the least truncation point since
+the log start was set as a running maximum of (stretch, -point), as the rewrite above did, but over the stream's
+rows, already read, parsed, shuffled and sorted) instead of its own pass: 28.3 -> 1.1 s, the stream 45.0 -> 50.9 s
+(each check collected apart: 221.4 -> 208.8 s). `run_audit`: 10M 211.5 s, 1M 59.4 s. Where the time is now (10M,
+each check apart): the stream 51 s (reading and parsing its 6.4M rows about 21 s, its windows about 12 s), the
+leaders' view 37 s (reading and parsing 14 s, the shuffle and sort 1 s, its windows 9-13 s), the rest of the commits
+fold 37 s, the loss checks 12 s, the metadata checks 17 s. Measured and not kept: the leaders' view's windows over
+one sort (the shape alone, its answers wrong: 23.6 s against 22.5-27.3 s with its two sorts).
 """
 
 from __future__ import annotations
