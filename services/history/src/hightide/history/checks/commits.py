@@ -204,7 +204,8 @@ def _offsets_in_order(stream: DataFrame, upto: WindowSpec, before: WindowSpec) -
     A log's life (`_life`) starts where it opens or goes; its log start is set by those rows too, so a running
     count of the rows setting it (`_starts`) numbers the stretches each truncation lowers it within. The least
     truncation point of the current stretch is a running maximum of (stretch, -point): the latest stretch wins,
-    and within it the least point, without a window per stretch (one more sort)."""
+    and within it the least point. So every window here keeps the stream's one order: a window partitioned by
+    stretch or by life would sort the rows again."""
     c = F.col
     point = F.when((c("kind") == "truncated") & (c("reason") != "start_over"), c("cut"))
     within = F.max(F.struct(c("_starts").alias("n"), F.coalesce(-point, F.lit(-BIG)).alias("m"))).over(upto)
@@ -213,8 +214,8 @@ def _offsets_in_order(stream: DataFrame, upto: WindowSpec, before: WindowSpec) -
     marked = stream.withColumn("_within", within).withColumn("lso_b", F.least("lso_t", least_point))
     broken = marked.withColumn("_broken", moves & ~((c("lso_b") <= c("hw_t")) & (c("hw_t") <= c("leo_t"))))
     previous = F.last(F.when(moves, F.struct(c("_life").alias("life"), c("_broken").alias("broken"))), True)
-    was = F.coalesce((previous.over(before).getField("life") == c("_life")) & previous.over(before).getField("broken"),
-                     F.lit(False))  # fmt: skip
+    broken = broken.withColumn("_previous", previous.over(before))
+    was = F.coalesce((c("_previous.life") == c("_life")) & c("_previous.broken"), F.lit(False))
     return broken.select(
         *[name for name in stream.columns if name not in ("_starts", "_life")], "lso_b",
         (c("_broken") & ~was).alias("hw_broken"),
