@@ -64,10 +64,8 @@ def hw_within_log(frame: DataFrame) -> DataFrame:
     `leo_t`, `hw_t` and `lso_b` after each event, `hw_broken` where the rule breaks (`commits._offsets_in_order`)."""
     c = F.col
     found = commits.stream_of(frame).where(c("hw_broken"))
-    moves = list(commits.OFFSET_MOVES.items())
-    event_type = F.when(c("kind") == moves[0][0], moves[0][1].TYPE)
-    for kind, event_class in moves[1:]:
-        event_type = event_type.when(c("kind") == kind, event_class.TYPE)
+    types = F.create_map(*[F.lit(name) for kind, moved in commits.OFFSET_MOVES.items() for name in (kind, moved.TYPE)])
+    event_type = types[c("kind")]
     hw, leo, lso = c("hw_t"), c("leo_t"), c("lso_b")
     past_end = hw > leo
     return found.select(
