@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -61,7 +62,8 @@ class Member:
     def assignment(self) -> set[int]:
         raise NotImplementedError
 
-    def close(self) -> None:
+    def close(self) -> list[int]:
+        """Leave the group; answer any values read (and committed) since the last poll."""
         raise NotImplementedError
 
 
@@ -81,12 +83,12 @@ def _scenario(make: Callable[[str], Member]) -> None:
         assert first.assignment() | second.assignment() == set(range(PARTITIONS))
         assert not first.assignment() & second.assignment()
     finally:
-        second.close()
+        read.update(second.close())
     deadline = time.monotonic() + DEADLINE_S
     while first.assignment() != set(range(PARTITIONS)) or len(read) < 2 * RECORDS // 3:
         assert time.monotonic() < deadline, f"the remaining member taking every partition ({first.assignment()})"
         read.update(first.poll())
-    first.close()
+    read.update(first.close())
     restarted = make("m3")
     try:
         deadline = time.monotonic() + DEADLINE_S
@@ -96,7 +98,7 @@ def _scenario(make: Callable[[str], Member]) -> None:
         for _ in range(3):  # nothing more arrives: the restart did not go back before the commits
             read.update(restarted.poll())
     finally:
-        restarted.close()
+        read.update(restarted.close())
     assert sorted(read) == list(range(RECORDS)), "every record read"
     assert [v for v, n in read.items() if n > 1] == [], "no record read twice"
 
@@ -135,8 +137,9 @@ class ConfluentMember(Member):
     def assignment(self) -> set[int]:
         return {tp.partition for tp in self.consumer.assignment()}
 
-    def close(self) -> None:
+    def close(self) -> list[int]:
         self.consumer.close()
+        return []
 
 
 def test_confluent_group_shares_takes_over_and_resumes(cluster: LocalCluster, bootstrap: str) -> None:
@@ -207,8 +210,24 @@ def test_confluent_admin_lists_describes_and_deletes_groups(cluster: LocalCluste
 
 
 class KafkaPythonMember(Member):
+    """A KafkaConsumer polled in a loop on its own thread, as a kafka-python application runs one.
+
+    Driving two kafka-python 3.0 consumers from one thread in turn livelocks the group: `join_group_async` leaves a
+    JoinGroup/SyncGroup task in flight when a poll's timeout ends, and at the next poll replaces a task that has
+    finished meanwhile with a new JoinGroup instead of taking its assignment. The leader's join finishes while the
+    other consumer is being polled, so the leader rejoined every generation and never took its partitions (seen
+    with 3.0.12; kafka-python's main branch has the same code). Polling without pause leaves that window only
+    between two polls. The consumer is touched by its thread alone; `poll` answers what the thread has read and
+    committed since the last call."""
+
     def __init__(self, bootstrap: str, group: str, topic: str, name: str) -> None:
         self.name = name
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._values: list[int] = []
+        self._assigned: set[int] = set()
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
         self.consumer = KafkaConsumer(
             topic,
             bootstrap_servers=bootstrap,
@@ -219,19 +238,50 @@ class KafkaPythonMember(Member):
             session_timeout_ms=10_000,
             heartbeat_interval_ms=500,
         )
+        self._thread = threading.Thread(target=self._run, name=f"kafka-python-{name}", daemon=True)
+        self._thread.start()
 
-    def poll(self) -> list[int]:
-        batches = self.consumer.poll(timeout_ms=200, max_records=50)
-        values = [int(r.value) for records in batches.values() for r in records]
-        if values:
-            self.consumer.commit()
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                batches = self.consumer.poll(timeout_ms=200, max_records=50)
+                values = [int(r.value) for records in batches.values() for r in records]
+                if values:
+                    self.consumer.commit()
+                assigned = {tp.partition for tp in self.consumer.assignment()}
+                with self._changed:
+                    self._values += values
+                    self._assigned = assigned
+                    self._changed.notify_all()
+        except BaseException as error:  # reported to the scenario by its next call
+            with self._changed:
+                self._error = error
+                self._changed.notify_all()
+        finally:
+            self.consumer.close(autocommit=False)
+
+    def _take(self) -> list[int]:
+        if self._error is not None:
+            raise AssertionError(f"{self.name}'s poll loop failed") from self._error
+        values, self._values = self._values, []
         return values
 
-    def assignment(self) -> set[int]:
-        return {tp.partition for tp in self.consumer.assignment()}
+    def poll(self) -> list[int]:
+        """Wait up to a poll's timeout for values (or a failure), as `KafkaConsumer.poll` would."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._values or self._error is not None, timeout=0.2)
+            return self._take()
 
-    def close(self) -> None:
-        self.consumer.close(autocommit=False)
+    def assignment(self) -> set[int]:
+        with self._lock:
+            return set(self._assigned)
+
+    def close(self) -> list[int]:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        assert not self._thread.is_alive(), f"{self.name}'s poll loop did not stop"
+        with self._changed:
+            return self._take()
 
 
 def test_kafka_python_group_shares_takes_over_and_resumes(cluster: LocalCluster, bootstrap: str) -> None:
@@ -278,8 +328,9 @@ class AioMember(Member):
     def assignment(self) -> set[int]:
         return {tp.partition for tp in self.consumer.assignment()}
 
-    def close(self) -> None:
+    def close(self) -> list[int]:
         self.loop.run_until_complete(self.consumer.stop())
+        return []
 
 
 def test_aiokafka_group_shares_takes_over_and_resumes(cluster: LocalCluster, bootstrap: str) -> None:
