@@ -2,10 +2,12 @@
 
 Room: services/history. `python -m hightide.history.bench [--sizes 1000000,4000000,10000000] [--master local[2]]`
 generates each history straight into a lake (`hightide.history.generate`), then times, after Spark's start-up
-(reported apart): the rebuild (both timelines, computed whole), the audit (`hightide.history.audit.run_audit`), the
+(reported apart): the rebuild (both timelines, computed whole), a read of the lake that parses every payload once
+(`read_and_parse`: the least any job over the lake pays), the audit (`hightide.history.audit.run_audit`), the
 snapshot job, and `rebuild --at` the last instant from the latest snapshot, in a fresh process and JVM as a user's
 command runs it (its start-up apart; the same query again in that JVM, warm, beside it). It prints events per
-second, per core, and each size's cost per event against the first size's (1.0 is linear growth).
+second, per core, each size's cost per event against the first size's (1.0 is linear growth), and each job's time
+as a multiple of the read's.
 Goal: >= 200,000 events/s per core, linear growth, `rebuild --at` from a snapshot under 10 s at any size.
 Measured at local[2] (2026-11-24, third session, load average 4-8 from test runs beside it):
 1M events: rebuild 33.5 s (14,935 events/s per core), audit 113.0 s (4,427), snapshots 32.9 s, rebuild --at from
@@ -312,6 +314,14 @@ fold 37 s, the loss checks 12 s, the metadata checks 17 s. Measured and not kept
 one sort (the shape alone, its answers wrong: 23.6 s against 22.5-27.3 s with its two sorts); the stream's second and
 third window passes as one (two Window operators over its sorted rows instead of three, the same findings):
 `run_audit` 212.1 / 214.7 s.
+The read (`read_and_parse`, 2026-12-02, the same machine, local[2], a fresh JVM, quiet): the 10M lake in 25.0-25.9 s
+warm (27.4 s as the JVM's first job at that size), about 195k events/s per core; the 1M lake 4.0 s warm. Of that,
+reading and ordering the events is 5.2 s and parsing the payloads the rest. So on this machine reading the lake and
+parsing its JSON payloads once already takes the goal's whole budget (25 s at 10M on two cores), and the audit (211.5
+s) is about 8.3x that read. Measured beside it: the nine types the replica checks read (9.9M of the 10M events),
+parsed from the payloads, 21.4-22.5 s; the same columns from a Parquet copy that stores them typed, 6.4-7.5 s. A lake
+with typed payload columns (a change of the lake's format, ARCHITECTURE.md section 5) is what would move the floor;
+no rewrite of the jobs alone can bring the audit under it.
 """
 
 from __future__ import annotations
@@ -329,15 +339,17 @@ from typing import Any, Final
 
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from hightide.history import class_archive
 from hightide.history.audit import run_audit
-from hightide.history.events import incarnation_bounds
+from hightide.history.events import incarnation_bounds, ordered_lake, payload_schema
 from hightide.history.generate import generate_lake
 from hightide.history.rebuild import fold_events, timelines
 from hightide.history.rebuild_cli import spark_session, state_at
 from hightide.history.snapshot import lake_files, latest_valid, read_rows, segment_after, write_snapshots
 from hightide.lake.layout import HOUR_MS, scan_lake
+from hightide.protocol.events import CATALOGUE
 
 DEFAULT_SIZES: Final = (1_000_000, 4_000_000, 10_000_000)
 EVENTS_PER_HOUR: Final = 250_000
@@ -379,6 +391,10 @@ def bench_size(spark: SparkSession, lake: Path, events: int) -> dict[str, Any]:
     figures["rebuild_s"] = _timed(rebuild)
     _release(spark)
     _progress(f"rebuild {figures['rebuild_s']:.1f} s")
+    # After the rebuild, which meets the JVM cold (as it always has, so its figures compare with earlier ones).
+    figures["read_s"] = _timed(lambda: read_and_parse(spark, lake))
+    _release(spark)
+    _progress(f"read and parse {figures['read_s']:.1f} s")
     figures["audit_s"] = _timed(lambda: run_audit(spark, lake))
     _release(spark)
     _progress(f"audit {figures['audit_s']:.1f} s")
@@ -387,6 +403,20 @@ def bench_size(spark: SparkSession, lake: Path, events: int) -> dict[str, Any]:
     _progress(f"snapshots {figures['snapshot_s']:.1f} s")
     figures.update(cold_at(lake, str(spark.sparkContext.master)))
     return figures
+
+
+def read_and_parse(spark: SparkSession, lake: Path) -> None:
+    """The least a history job over `lake` pays: its events read and ordered as the audit reads them
+    (`ordered_lake`), and every payload parsed once, against its own type's struct. Neither shuffled nor sorted by
+    partition, no window run: what the audit and the rebuild cost beyond this is their own work. (One struct per
+    type, not the union of the types' fields: at 10M events 25.4 s against 36.5 s, warm.)"""
+    frame = ordered_lake(spark, lake).frame
+    type_column = F.col("type")
+    parsed = [
+        F.when(type_column == event_class.TYPE, F.from_json("payload", payload_schema(event_class))).alias(f"_{number}")
+        for number, event_class in enumerate(CATALOGUE.values())
+    ]
+    _compute(frame.select(*[name for name in frame.columns if name != "payload"], *parsed))
 
 
 def cold_at(lake: Path, master: str) -> dict[str, Any]:
@@ -471,13 +501,20 @@ def size_lines(figures: dict[str, Any], cores: int, first: dict[str, float]) -> 
     """One size's figures; `first` holds each job's cost per event at the first size (filled on the first call)."""
     events = figures["events"]
     lines = [f"{events:,} events (generated in {figures['generate_s']:.1f} s)"]
+    read_s = figures["read_s"]
+    lines.append(
+        f"  {'read':<9} {read_s:7.1f} s  {events / read_s:>10,.0f} events/s  "
+        f"{events / read_s / cores:>10,.0f} per core  the lake read, ordered and every payload parsed once: the least "
+        "any job pays"
+    )
     for job in ("rebuild", "audit", "snapshot"):
         seconds = figures[f"{job}_s"]
         per_event = seconds / events
         ratio = per_event / first.setdefault(job, per_event)
         lines.append(
             f"  {job:<9} {seconds:7.1f} s  {events / seconds:>10,.0f} events/s  "
-            f"{events / seconds / cores:>10,.0f} per core  cost per event x{ratio:.2f} of the first size"
+            f"{events / seconds / cores:>10,.0f} per core  cost per event x{ratio:.2f} of the first size, "
+            f"x{seconds / read_s:.1f} the read's"
         )
     hour = figures.get("at_snapshot_hour")
     source = f"from the snapshot at hour {hour}" if hour is not None else "by a full replay (no snapshot)"
