@@ -334,14 +334,21 @@ fields instead of `from_json`). (1) The rebuild (this bench's, three in one JVM)
 that is 207-215k events/s per core: the goal. (2) The audit: 203.5 -> 205.4 s, the same findings. Each check
 apart: the leaders' view (`leader_hw_monotonic`) 36.4 -> 23.3 s, but the replica stream's checkpoint (paid by
 `hw_within_log`) 49.1 -> 69.6 s. The stream's read alone (`of_types` of its twelve types, a noop write) 17.2-18.8 ->
-6.3-7.7 s, yet the stream with its windows 38.1 -> 54.2 / 56.6 s; the cause was not found (not the rows' order
-in the files). At 1M the audit did not move (58.8 / 40.2 -> 57.1 / 40.4 s, cold / warm). So typed payloads would
-bring the rebuild to the goal and the audit nowhere near it. Measured and not kept beside it: the JSON lake's files
-sorted by type with 16,384-row groups (Parquet statistics then skip the groups a check's types are not in; 136 ->
-167 MB): a rare type's scan 1.58 -> 0.49 s, the audit 203.5 -> 203.6 s; `of_types` parsing each type against its
-own struct instead of the union of their fields: the stream's read 17.2-18.8 -> 17.3-18.0 s; the rebuild with its
-lake read as 20 tasks instead of 3 and its shuffles not coalesced (3 tasks on two cores leave one idle): 38.9 / 29.3
--> 36.7 / 29.7 s.
+6.3-7.7 s, yet the stream with its windows 38.1 -> 54.2 / 56.6 s. The cause: without `from_json` (which Spark
+cannot compile into a stage's code) the stream's whole map side (scan, join, its facts, the shuffle write) is one
+generated method, over HotSpot's 8,000 bytes of bytecode, which the JVM then never compiles and interprets for
+every row. The stage's executor CPU: 37.3 s from the JSON, 73.7 s from the structs, 66.6 s from the same fields
+as flat columns, 12.2 s from those with the driver JVM started with `-XX:-DontCompileHugeMethods` (the stream then
+25.8 s against 38.0). From the structs with that flag: each check apart 199.4 -> 184.8 s (the stream's checkpoint
+35.0 s, the leaders' view 25.5 s), the audit 197.1 s, the rebuild 31.4 / 23.9 / 23.4 s. The flag alone, on the
+JSON lake: the audit 204.5 s, the rebuild 38.7 / 30.8 / 27.7 s, no change, so it belongs with typed payloads, not
+before them. At 1M the audit did not move (58.8 / 40.2 -> 57.1 / 40.4 s, cold / warm, without the flag). So typed
+payloads would bring the rebuild to the goal (warm) and take 7% off the audit, which stays about 7x from it.
+Measured and not kept beside it: the JSON lake's files sorted by type with 16,384-row groups (Parquet statistics
+then skip the groups a check's types are not in; 136 -> 167 MB): a rare type's scan 1.58 -> 0.49 s, the audit
+203.5 -> 203.6 s; `of_types` parsing each type against its own struct instead of the union of their fields: the
+stream's read 17.2-18.8 -> 17.3-18.0 s; the rebuild with its lake read as 20 tasks instead of 3 and its shuffles not
+coalesced (3 tasks on two cores leave one idle): 38.9 / 29.3 -> 36.7 / 29.7 s.
 """
 
 from __future__ import annotations
