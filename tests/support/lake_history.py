@@ -13,8 +13,11 @@ from hightide.runtime.logging import get_logger
 LOG = get_logger("test.lake_history")
 
 
-def write_lake(envelopes: Sequence[Envelope], lake: Path, events_per_message: int = 64) -> Path:
-    """Archive `envelopes` into `lake` (created if missing) as one stream named EVENTS; returns `lake`."""
+def write_lake(
+    envelopes: Sequence[Envelope], lake: Path, events_per_message: int = 64, messages_per_write: int | None = None
+) -> Path:
+    """Archive `envelopes` into `lake` (created if missing) as one stream named EVENTS; returns `lake`. The messages
+    go to the writer in one `write`, or `messages_per_write` at a time (each write its own batch of files)."""
     messages: list[tuple[int, bytes]] = []
     pending: dict[Emitter, list[Envelope]] = {}
     for envelope in envelopes:
@@ -28,5 +31,7 @@ def write_lake(envelopes: Sequence[Envelope], lake: Path, events_per_message: in
             messages.append((len(messages) + 1, encode_envelopes(batch)))
     with LakeWriter(lake, LOG) as writer:
         writer.bind_stream("EVENTS", "test")
-        writer.write(messages)
+        step = messages_per_write or max(1, len(messages))
+        for first in range(0, len(messages), step):
+            writer.write(messages[first : first + step])
     return lake

@@ -2,8 +2,9 @@
 
 Room: libs/lake. For tests, tools and the pure-Python audit; the PySpark jobs read the same files themselves. A
 batch still being written (fewer parts than its name says) is invisible here, so a reader beside a running
-archiver sees whole batches or nothing of them. Every file is checked to be ours (`schema.SCHEMA`, marked with
-`hightide.schema`) before it is read; anything else raises `NotOurFile` with the file's path.
+archiver sees whole batches or nothing of them. Every file is checked to be ours (either format of
+`schema.file_format`, marked with `hightide.schema`) before it is read; anything else raises `NotOurFile` with the
+file's path. What is read here is the columns both formats share (`schema.COLUMNS`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hightide.lake.layout import NotOurFile, scan_lake
-from hightide.lake.schema import SCHEMA, SCHEMA_KEY, SCHEMA_VALUE, InvalidLakeRow, from_table, sort_rows
+from hightide.lake.schema import COLUMNS, SCHEMA, InvalidLakeRow, file_format, from_table, sort_rows
 from hightide.protocol.envelope import Envelope
 
 
@@ -47,14 +48,28 @@ def read_table(lake: Path, columns: Sequence[str] | None = None) -> pa.Table:
 
 def count_events(lake: Path) -> int:
     """How many events the lake holds, from the Parquet footers alone."""
-    return sum(_open_part(part.path).metadata.num_rows for part in scan_lake(lake).files)
+    return sum(_open_part(path).metadata.num_rows for path in _paths(lake))
+
+
+def file_formats(lake: Path) -> dict[Path, int]:
+    """Each file of the lake's complete batches and its format (`schema.file_format`), from the footers alone."""
+    return {path: part_format(path) for path in _paths(lake)}
+
+
+def part_format(path: Path) -> int:
+    """The format of one file of the lake (`schema.file_format`), from its footer; NotOurFile if it is not ours."""
+    return file_format(_open_part(path).schema_arrow)
 
 
 def read_part(path: Path) -> pa.Table:
-    """One Parquet file of the lake, checked to be ours."""
-    table = _open_part(path).read()
+    """One Parquet file of the lake, checked to be ours: the columns both formats share."""
+    table = _open_part(path).read(columns=list(COLUMNS))
     assert isinstance(table, pa.Table)
-    return table
+    return table.replace_schema_metadata(SCHEMA.metadata)
+
+
+def _paths(lake: Path) -> list[Path]:
+    return [part.path for part in scan_lake(lake).files]
 
 
 def _open_part(path: Path) -> pq.ParquetFile:
@@ -62,9 +77,8 @@ def _open_part(path: Path) -> pq.ParquetFile:
         file = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as error:
         raise NotOurFile(f"{path} is not a Parquet file: {error}") from None
-    schema = file.schema_arrow
-    marker = (schema.metadata or {}).get(SCHEMA_KEY)
-    if marker != SCHEMA_VALUE or not schema.equals(SCHEMA, check_metadata=False):
-        what = marker.decode(errors="replace") if marker else "no hightide.schema marker"
-        raise NotOurFile(f"{path} is not a Hightide event file ({what}; expected {SCHEMA_VALUE.decode()})")
+    try:
+        file_format(file.schema_arrow)
+    except ValueError as error:
+        raise NotOurFile(f"{path} is not a Hightide event file ({error})") from None
     return file

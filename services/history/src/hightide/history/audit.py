@@ -81,9 +81,10 @@ def shuffle_partitions(spark: SparkSession, partitions: int) -> Iterator[None]:
             spark.conf.set(key, held)
 
 
-NOT_CACHED: Final = ("stream_sequence", "time", "mono_ns", "version", "event_id")
-"""`read_lake`'s columns the audit does not keep in its cache: no check reads the first four, and `event_id` is made
-again from the emitter columns by `with_event_ids` as each check reads its rows."""
+NOT_CACHED: Final = ("stream_sequence", "time", "mono_ns", "version", "payload", "event_id")
+"""`read_lake`'s columns the audit does not keep in its cache: no check reads the first five (a payload's fields are
+read from its type's typed column), and `event_id` is made again from the emitter columns by `with_event_ids` as
+each check reads its rows."""
 
 
 def prepare(events: DataFrame) -> DataFrame:

@@ -1,30 +1,34 @@
 """The lake as Spark DataFrames: every archived event with its id and its place in its emitter's order, and any
 event type's payload as typed columns.
 
-Room: services/history. The schemas here are explicit: the lake's columns mirror `hightide.lake.schema.SCHEMA`,
-and a payload's struct is derived from the event catalogue's declared field types (`payload_schema`), so Spark
-never infers a type from data. The order is the one `hightide.audit.rebuild.emitter_streams` defines: one emitter
-incarnation's events by `sequence`, the incarnations of one emitter (service, id) by the `wall_ms` of their first
-event, then by incarnation name; `position` orders an emitter's events so (`order_events`).
+Room: services/history. The schemas here are explicit: the lake's columns mirror `hightide.lake.schema`'s (its
+sixteen `COLUMNS`, then each catalogue type's typed payload column, `PAYLOAD_TYPES`), so Spark never infers a type
+from data. A job reads a payload's fields from those columns (`of_type`, `of_types`, `payload_of`), never parsing
+JSON: files of lake format 1, which have none, get them from their payloads as they are read (`read_files`).
+The order is the one `hightide.audit.rebuild.emitter_streams` defines: one emitter incarnation's events by
+`sequence`, the incarnations of one emitter (service, id) by the `wall_ms` of their first event, then by
+incarnation name; `position` orders an emitter's events so (`order_events`).
 """
 
 from __future__ import annotations
 
-import types
-import typing
-from collections.abc import Sequence
+import functools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Final
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from hightide.lake.layout import scan_lake
-from hightide.protocol.events import CATALOGUE, INT32_MAX, Event, IntRange, field_hints
+from hightide.lake.reader import part_format
+from hightide.lake.schema import PAYLOAD_TYPES
+from hightide.protocol.events import CATALOGUE, Event
 
-LAKE_SCHEMA: Final = T.StructType(
+ENVELOPE_SCHEMA: Final = T.StructType(
     [
         T.StructField("stream_sequence", T.LongType(), False),
         T.StructField("cluster_id", T.StringType(), False),
@@ -44,6 +48,33 @@ LAKE_SCHEMA: Final = T.StructType(
         T.StructField("payload", T.StringType(), False),
     ]
 )
+"""The sixteen columns every lake file starts with (`hightide.lake.schema.COLUMNS`): all a format-1 file has."""
+
+
+def spark_of_arrow(arrow: pa.DataType) -> T.DataType:
+    """The Spark type Spark reads a Parquet column of this Arrow type as (the lake's typed payloads use these)."""
+    if pa.types.is_struct(arrow):
+        fields = [arrow.field(i) for i in range(arrow.num_fields)]
+        return T.StructType([T.StructField(f.name, spark_of_arrow(f.type), f.nullable) for f in fields])
+    if pa.types.is_list(arrow):
+        return T.ArrayType(spark_of_arrow(arrow.value_type), True)
+    simple = {pa.int32(): T.IntegerType(), pa.int64(): T.LongType(), pa.string(): T.StringType()}
+    if arrow == pa.bool_():
+        return T.BooleanType()
+    assert arrow in simple, f"no Spark type for {arrow}"
+    return simple[arrow]
+
+
+PAYLOAD_STRUCTS: Final[dict[str, T.StructType]] = {
+    name: T.StructType(list(spark_of_arrow(struct).fields))  # type: ignore[attr-defined]
+    for name, struct in PAYLOAD_TYPES.items()
+}
+"""Each catalogue type's typed payload column as Spark reads it, by type name, in catalogue order."""
+
+LAKE_SCHEMA: Final = T.StructType(
+    [*ENVELOPE_SCHEMA.fields, *(T.StructField(name, struct, True) for name, struct in PAYLOAD_STRUCTS.items())]
+)
+"""A lake row as the jobs read it, whatever the file's format: the sixteen columns, then every type's payload."""
 EMITTER: Final = ("service", "emitter_id")
 INCARNATION: Final = ("service", "emitter_id", "incarnation")
 # What makes two rows of one emitter incarnation and sequence the same event (the envelope's fields; the other
@@ -70,14 +101,59 @@ class OrderedLake:
 
 def ordered_lake(spark: SparkSession, lake: Path) -> OrderedLake:
     """`read_lake`'s frame with what its incarnations' bounds found of copies."""
-    paths = [str(part.path) for part in scan_lake(lake).files]
+    paths = [part.path for part in scan_lake(lake).files]
     if not paths:
-        # An empty frame made in the JVM: `createDataFrame` from Python data would need Python on the executors.
-        nothing = [F.lit(None).cast(field.dataType).alias(field.name) for field in LAKE_SCHEMA.fields]
-        return OrderedLake(with_order(spark.range(0).select(*nothing)), copies=False)
-    raw = spark.read.schema(LAKE_SCHEMA).parquet(*paths)
+        return OrderedLake(with_order(read_files(spark, paths)), copies=False)
+    raw = read_files(spark, paths)
     bounds = incarnation_bounds(raw)
     return OrderedLake(with_order(raw, bounds), bounds.copies)
+
+
+def read_files(spark: SparkSession, paths: Sequence[Path]) -> DataFrame:
+    """The rows of these lake files as `LAKE_SCHEMA`, each file checked to be ours (NotOurFile) and read by its
+    format (from its footer): format 2 as it is (a type the file does not hold reads as nulls), format 1 with each
+    type's payload column parsed from its payloads (`with_payload_columns`)."""
+    by_format: dict[int, list[str]] = {}
+    for path in paths:
+        by_format.setdefault(part_format(path), []).append(str(path))
+    frames = []
+    if 2 in by_format:
+        frames.append(spark.read.schema(LAKE_SCHEMA).parquet(*by_format[2]))
+    if 1 in by_format:
+        frames.append(with_payload_columns(spark.read.schema(ENVELOPE_SCHEMA).parquet(*by_format[1])))
+    if not frames:
+        # An empty frame made in the JVM: `createDataFrame` from Python data would need Python on the executors.
+        nothing = [F.lit(None).cast(field.dataType).alias(field.name) for field in LAKE_SCHEMA.fields]
+        return spark.range(0).select(*nothing)
+    return functools.reduce(DataFrame.unionByName, frames)
+
+
+def with_payload_columns(rows: DataFrame) -> DataFrame:
+    """Lake rows without typed payload columns (`ENVELOPE_SCHEMA`'s: a format-1 file's, or a snapshot's of an
+    older format) with them, each type's parsed from the payloads of its rows (null on the others), as a format-2
+    file holds them. Only the columns a query reads are parsed (Spark prunes the others)."""
+    kind = F.col("type")
+    typed = [
+        F.when(kind == name, F.from_json("payload", struct)).alias(name) for name, struct in PAYLOAD_STRUCTS.items()
+    ]
+    return rows.select(*ENVELOPE_SCHEMA.fieldNames(), *typed)
+
+
+def payload_of(schema: T.StructType, types: Iterable[str] | None = None) -> Column:
+    """A struct with `schema`'s fields, each the row's payload's field of that name from its type's payload column:
+    what `from_json("payload", schema)` gives, without parsing. `types`: the types the rows can be (every catalogue
+    type by default); a field reads only their columns that hold it, and is null where the row's type has none."""
+    names = list(PAYLOAD_STRUCTS) if types is None else list(types)
+    unknown = [name for name in names if name not in PAYLOAD_STRUCTS]
+    assert not unknown, f"not catalogue types: {unknown}"
+    fields = []
+    for field in schema.fields:
+        held = [name for name in names if field.name in PAYLOAD_STRUCTS[name].fieldNames()]
+        values = [F.col(name).getField(field.name) for name in held]
+        kinds = {PAYLOAD_STRUCTS[name][field.name].dataType for name in held}
+        value = values[0] if len(values) == 1 else F.coalesce(*values) if values else F.lit(None)
+        fields.append((value if kinds == {field.dataType} else value.cast(field.dataType)).alias(field.name))
+    return F.struct(*fields)
 
 
 def with_order(raw: DataFrame, bounds: Bounds | None = None) -> DataFrame:
@@ -232,8 +308,9 @@ def of_type(events: DataFrame, event_class: type[Event], keep: Sequence[str] = (
     schema = payload_schema(event_class)
     base = ["event_id", *EMITTER, "incarnation", "incarnation_start", "sequence", "wall_ms", "position", *keep]
     common = [name for name in base if name not in schema.fieldNames()]
-    parsed = events.where(F.col("type") == event_class.TYPE).withColumn("_p", F.from_json("payload", schema))
-    return parsed.select(*common, *[F.col("_p").getField(name).alias(name) for name in schema.fieldNames()])
+    payload = F.col(event_class.TYPE)
+    rows = events.where(F.col("type") == event_class.TYPE)
+    return rows.select(*common, *[payload.getField(name).alias(name) for name in schema.fieldNames()])
 
 
 def of_types(events: DataFrame, event_classes: Sequence[type[Event]]) -> DataFrame:
@@ -248,7 +325,7 @@ def of_types(events: DataFrame, event_classes: Sequence[type[Event]]) -> DataFra
             assert held.dataType == field.dataType, f"{field.name}: {held.dataType} and {field.dataType}"
     schema = T.StructType(list(fields.values()))
     names = [event_class.TYPE for event_class in event_classes]
-    parsed = events.where(F.col("type").isin(*names)).withColumn("_p", F.from_json("payload", schema))
+    parsed = events.where(F.col("type").isin(*names)).withColumn("_p", payload_of(schema, names))
     base = [
         F.col(name) for name in ("cluster_id", "service", "emitter_id", "incarnation", "position", "event_id", "type")
     ]
@@ -256,33 +333,7 @@ def of_types(events: DataFrame, event_classes: Sequence[type[Event]]) -> DataFra
 
 
 def payload_schema(event_class: type[Event]) -> T.StructType:
-    """The struct of an event type's payload, from the catalogue's declared field types."""
+    """The struct of an event type's payload, from the catalogue's declared field types (the lake's typed payload
+    column of that type, `hightide.lake.schema.payload_type`)."""
     assert CATALOGUE.get(event_class.TYPE) is event_class, f"{event_class} is not in the catalogue"
-    fields = field_hints(event_class).items()
-    return T.StructType([T.StructField(name, spark_type(hint), True) for name, hint in fields])
-
-
-def spark_type(hint: object) -> T.DataType:
-    """The Spark type of a catalogue field type: Int32 as int, Int64 as bigint, tuples as arrays (a fixed tuple of
-    Int32 and Int64 as bigints), `X | None` as X."""
-    origin = typing.get_origin(hint)
-    if origin is Annotated:
-        base, *metadata = typing.get_args(hint)
-        ranges = [meta for meta in metadata if isinstance(meta, IntRange)]
-        if base is int and ranges:
-            return T.IntegerType() if ranges[0].high <= INT32_MAX else T.LongType()
-        return spark_type(base)
-    if origin is tuple:
-        args = typing.get_args(hint)
-        items = {spark_type(arg) for arg in args if arg is not Ellipsis}
-        if items == {T.IntegerType(), T.LongType()}:  # a fixed pair like (epoch, start offset): bigints
-            items = {T.LongType()}
-        assert len(items) == 1, f"a tuple field needs one item type to be an array: {hint}"
-        return T.ArrayType(items.pop(), True)
-    if origin in (typing.Union, types.UnionType):
-        options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-        assert len(options) == 1, f"only X | None unions have a Spark type: {hint}"
-        return spark_type(options[0])
-    simple: dict[object, T.DataType] = {str: T.StringType(), bool: T.BooleanType(), int: T.LongType()}
-    assert hint in simple, f"no Spark type for {hint}"
-    return simple[hint]
+    return PAYLOAD_STRUCTS[event_class.TYPE]

@@ -5,8 +5,9 @@ per round and partition, the leader appends a batch, serves each follower's fetc
 leader's high watermark advances and the producer's acks=all request completes; every few rounds the controller
 moves the leadership (PartitionChanged, LeaderElected) and the replicas start the new epoch. The history folds
 without an anomaly under `hightide.audit.rebuild` (a test holds it to that), and it is written with pyarrow in the
-lake's layout and schema (`hightide.lake.schema.SCHEMA`), one file per hour, so millions of events take seconds.
-It never goes through the envelope codec: the payloads are formatted as `hightide.lake.schema.payload_json` would.
+lake's layout and format (`hightide.lake.schema`: its columns and each type's typed payload column), one file per
+hour, so millions of events take seconds. It never goes through the envelope codec: the payloads are formatted as
+`hightide.lake.schema.payload_json` would.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from hightide.lake.layout import HOUR_MS, hour_of, part_name, partition_path
-from hightide.lake.schema import SCHEMA
+from hightide.lake.schema import SCHEMA, with_typed_payloads
 
 CLUSTER_ID: Final = "bench"
 BROKERS: Final = (1, 2, 3)
@@ -55,6 +56,7 @@ class _Columns:
 
     names: tuple[str, ...] = tuple(name for name in SCHEMA.names if name != "time")
     values: dict[str, list[object]] = field(default_factory=dict)
+    payloads: list[dict[str, object]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.values = {name: [] for name in self.names}
@@ -107,6 +109,7 @@ class _Writer:
         values["replica"].append(payload.get("replica"))
         values["leader_epoch"].append(payload.get("leader_epoch"))
         values["payload"].append(json.dumps(payload, separators=(",", ":")))
+        self.columns.payloads.append(payload)
         self.count += 1
 
     def flush(self) -> None:
@@ -119,7 +122,7 @@ class _Writer:
             else pa.array(values[name], f.type)
             for name, f in zip(SCHEMA.names, SCHEMA, strict=True)
         ]
-        table = pa.Table.from_arrays(arrays, schema=SCHEMA)
+        table = with_typed_payloads(arrays, values["type"], self.columns.payloads)  # type: ignore[arg-type]
         directory = self.lake / partition_path(self.hour)
         directory.mkdir(parents=True, exist_ok=True)
         name = part_name(self.first_stream_sequence, self.stream_sequence, 1, 1)

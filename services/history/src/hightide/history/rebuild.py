@@ -42,7 +42,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from hightide.history.events import Bounds, event_id_column, order_events
+from hightide.history.events import Bounds, event_id_column, order_events, payload_of
 from hightide.protocol import events as ev
 
 REPLICA_KEY: Final = ("topic", "partition", "replica")
@@ -266,7 +266,7 @@ def _replica_rows(events: DataFrame, scope: Scope) -> DataFrame:
     start_over = truncated & (p.reason == "start_over")
     order = [*scope, *REPLICA_KEY, *REPLICA_ORDER, "wall_ms", "event_id"]
     parsed = events.where(kind.isin(*_REPLICA_TYPES)).select(
-        *order, "type", F.from_json("payload", _REPLICA_FIELDS).alias("p")
+        *order, "type", payload_of(_REPLICA_FIELDS, _REPLICA_TYPES).alias("p")
     )
     rows = parsed.select(
         *order,
@@ -646,13 +646,17 @@ _DECIDED: Final[weakref.WeakKeyDictionary[DataFrame, dict[tuple[str, ...], DataF
 def _decided_events(events: DataFrame, scope: Scope) -> DataFrame:
     p, kind = F.col("p"), F.col("type")
     parsed = controller_side(events).select(
-        *scope, *_CONTROLLER_COLUMNS, "sequence", "payload", F.from_json("payload", _METADATA_FIELDS).alias("p")
+        *scope,
+        *_CONTROLLER_COLUMNS,
+        "sequence",
+        F.col(ev.BrokerRegistered.TYPE).broker.alias("_broker"),
+        payload_of(_METADATA_FIELDS, (*CONTROLLER_TYPES, *STAMPED_TYPES)).alias("p"),
     )
     columns = parsed.select(
         *scope,
         *_CONTROLLER_COLUMNS,
         "sequence",
-        F.when(kind == ev.BrokerRegistered.TYPE, F.get_json_object("payload", "$.broker").cast("int")).alias("broker"),
+        F.when(kind == ev.BrokerRegistered.TYPE, F.col("_broker")).alias("broker"),
         F.coalesce(p.controller_epoch, F.lit(-1)).alias("controller_epoch"),
         F.coalesce(p.metadata_offset, F.lit(-1).cast("long")).alias("metadata_offset"),
         *[p.getField(name).alias(name) for name in _METADATA_FIELDS.fieldNames()[2:]],
@@ -825,13 +829,15 @@ def ordered(
     emitter_id, incarnation, incarnation_start), when given, says when incarnations seen earlier started (a
     snapshot's). `types`, when given, keeps only the events of those types and only the columns the folds read
     (`FOLD_COLUMNS`): every event is still ordered (positions and the copies dropped are the same), but the rows are
-    shuffled and sorted without the payloads of the other types, and what is kept is about half the lake (see
-    `fold_events`). The other types' rows are shuffled too (without their payloads): one of them may be the first
-    archived copy of an event whose later copy is of a kept type (two events given one sequence), which must then be
-    dropped. `bounds`: `events.incarnation_bounds` of `lake_rows`; without copies, no row is shuffled here."""
+    shuffled and sorted without the payloads of the other types (of the typed payload columns, only those types'
+    are kept), and what is kept is about half the lake (see `fold_events`). The other types' rows are shuffled too
+    (without their payloads): one of them may be the first archived copy of an event whose later copy is of a kept
+    type (two events given one sequence), which must then be dropped. `bounds`: `events.incarnation_bounds` of
+    `lake_rows`; without copies, no row is shuffled here."""
     kept = F.col("type").isin(*types) if types is not None else None
-    if kept is not None:
-        lake_rows = lake_rows.select(*scope, *FOLD_COLUMNS, F.when(kept, F.col("payload")).alias("payload"))
+    if kept is not None and types is not None:
+        typed = [F.col(name) for name in types]  # null on every other type's rows
+        lake_rows = lake_rows.select(*scope, *FOLD_COLUMNS, F.when(kept, F.col("payload")).alias("payload"), *typed)
     positioned = order_events(lake_rows, scope, starts, bounds=bounds)
     if kept is not None:
         positioned = positioned.where(kept).drop("stream_sequence")

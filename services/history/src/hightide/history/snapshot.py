@@ -54,8 +54,8 @@ the events since the last snapshot, which serves while the lake holds exactly th
 Where no segment serves (a batch landed since the job ran), the instant reads the events since its snapshot from
 the lake and orders them.
 
-Older formats (1: metadata of the controller types only; 2: no continuation) are not used, and the job writes them
-again; format 3 (no segment) is used, and written again with one. `_snapshots` is hidden
+Older formats (1: metadata of the controller types only; 2: no continuation; 3: no segment; 4: lake rows without
+typed payloads) are not used, and the job writes them again. `_snapshots` is hidden
 (`hightide.lake.layout.scan_lake` reads only `date=` directories), so the lake stays valid. The job is idempotent:
 a snapshot whose manifest names exactly the lake's files before its hour, and whose segment continues the snapshot
 before it, is kept; any other is written again (into a hidden temporary directory, then renamed).
@@ -92,7 +92,7 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from hightide.history.events import LAKE_SCHEMA, Bounds, event_id_column
+from hightide.history.events import LAKE_SCHEMA, Bounds, event_id_column, read_files
 from hightide.history.rebuild import (
     CONTROLLER_TYPES,
     EPOCHS_TYPE,
@@ -116,12 +116,14 @@ from hightide.lake.layout import HOUR_MS, PartFile, scan_lake
 from hightide.protocol import events as ev
 
 SNAPSHOTS_DIR: Final = "_snapshots"
-# 4: `segment/` and the manifest's `segment` (the events since the snapshot before, folded once); 3: `controller/`
-# and the manifest's `abandoned` and `probes` (the controller side's continuation); 2: metadata held the controller
-# service's events too; 1 had no `format` key. A snapshot of format 3 is used as it is (it has no segment); the job
-# writes it again.
-SNAPSHOT_FORMAT: Final = 4
-USABLE_FORMATS: Final = (3, 4)
+# 5: its lake rows (`metadata/`, `controller/`, the segment's controller side) have the typed payload columns of lake
+# format 2 (`hightide.history.events.LAKE_SCHEMA`), which the jobs read instead of parsing payloads; 4: `segment/`
+# and the manifest's `segment` (the events since the snapshot before, folded once); 3: `controller/` and the
+# manifest's `abandoned` and `probes` (the controller side's continuation); 2: metadata held the controller
+# service's events too; 1 had no `format` key. Snapshots of formats before 5 are not used (a rebuild folds the
+# lake from its start until the job has written them again, which its next run does).
+SNAPSHOT_FORMAT: Final = 5
+USABLE_FORMATS: Final = (5,)
 SEGMENT_DIR: Final = "segment"
 TAIL_DIR: Final = "tail"
 CONTROLLER_SERVICE: Final = "controller"
@@ -196,7 +198,7 @@ class Snapshot:
     abandoned: frozenset[str] = frozenset()  # the ids of the decisions abandoned before the boundary
     probes: frozenset[str] = frozenset()  # per controller epoch, the id of its kept decision at the highest offset
     fingerprint: str = ""  # its manifest's SHA-256
-    segment: Segment | None = None  # none in the first snapshot, or one of format 3
+    segment: Segment | None = None  # none in the first snapshot
 
     @property
     def boundary_ms(self) -> int:
@@ -238,9 +240,7 @@ def _days_from_civil(year: int, month: int, day: int) -> int:
 
 
 def read_rows(spark: SparkSession, lake: Path, parts: Sequence[PartFile]) -> DataFrame:
-    if not parts:
-        return spark.createDataFrame([], LAKE_SCHEMA)
-    return spark.read.schema(LAKE_SCHEMA).parquet(*[str(part.path) for part in parts])
+    return read_files(spark, [part.path for part in parts])
 
 
 def _relative(lake: Path, parts: Sequence[PartFile]) -> frozenset[str]:
@@ -372,17 +372,15 @@ def ordered_with_starts(rows: DataFrame, incarnations: DataFrame | None, *, boun
 
 def _opened_rows(replicas: DataFrame, like: DataFrame, boundary_ms: int) -> DataFrame:
     """Each snapshot replica as a LogOpened with its state, ahead of every event of that replica."""
-    payload = F.to_json(
-        F.struct(
-            "topic",
-            "partition",
-            "replica",
-            "log_start_offset",
-            "log_end_offset",
-            "high_watermark",
-            F.col("epoch_entries").alias("leader_epochs"),
-            F.lit("snapshot").alias("reason"),
-        )
+    opened = F.struct(
+        "topic",
+        "partition",
+        "replica",
+        "log_start_offset",
+        "log_end_offset",
+        "high_watermark",
+        F.col("epoch_entries").alias("leader_epochs"),
+        F.lit("snapshot").alias("reason"),
     )
     values: dict[str, Column] = {
         "service": F.lit(""),  # before every emitter of the replica's events (REPLICA_ORDER)
@@ -391,7 +389,8 @@ def _opened_rows(replicas: DataFrame, like: DataFrame, boundary_ms: int) -> Data
         "sequence": F.lit(-1).cast("long"),
         "wall_ms": F.lit(boundary_ms - 1).cast("long"),
         "type": F.lit(ev.LogOpened.TYPE),
-        "payload": payload,
+        "payload": F.to_json(opened),
+        ev.LogOpened.TYPE: opened,
         "position": F.lit(-1),
         "event_id": F.lit(f"snapshot:{boundary_ms // HOUR_MS}"),
     }

@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from hightide.audit.checks.clients import LOSSY_ELECTIONS, PRODUCER_STATE_RETAINED_AWAY
-from hightide.history.events import of_type, payload_schema
+from hightide.history.events import of_type
 from hightide.history.findings import finding_columns
 from hightide.protocol import events
 
@@ -162,8 +162,8 @@ def leader_high_watermarks(lived: DataFrame) -> DataFrame:
     roles = lived.where(F.col("type").isin(kinds)).withColumn("_role", role)
     leading = roles.withColumn("_leading", F.last("_role", ignorenulls=True).over(incarnation))
     advanced = leading.where((F.col("type") == events.HighWatermarkAdvanced.TYPE) & (F.col("_leading") == 1))
-    parsed = advanced.withColumn("_p", F.from_json("payload", payload_schema(events.HighWatermarkAdvanced)))
-    return parsed.select(*LIFE, "wall_ms", F.col("_p.high_watermark").alias("high_watermark"))
+    high_watermark = F.col(events.HighWatermarkAdvanced.TYPE).high_watermark
+    return advanced.select(*LIFE, "wall_ms", high_watermark.alias("high_watermark"))
 
 
 def consumers_below_high_watermark(events_frame: DataFrame) -> DataFrame:

@@ -497,7 +497,7 @@ def _exemptions(lake: DataFrame, stream: DataFrame, min_insync_replicas: int) ->
     ranked = firsts.withColumn("rank", F.row_number().over(Window.partitionBy(*TP).orderBy("f.e", "f.i")))
     configs = lake.where(c("type").isin("TopicCreated", "TopicConfigsAltered")).select(
         "topic", "service", "emitter_id", "position",
-        F.explode(F.from_json("payload", "struct<configs:array<array<string>>>").getField("configs")).alias("kv"),
+        F.explode(F.coalesce(c("TopicCreated.configs"), c("TopicConfigsAltered.configs"))).alias("kv"),
     ).where((c("kv")[0] == "min.insync.replicas") & c("kv")[1].rlike("^[0-9]+$"))  # fmt: skip
     min_isr = configs.groupBy("topic").agg(
         F.max_by(c("kv")[1].cast("int"), F.struct("service", "emitter_id", "position")).alias("min_isr")

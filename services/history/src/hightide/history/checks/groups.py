@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from hightide.audit.checks.groups import GROUP_EVENTS
-from hightide.history.events import EMITTER, payload_schema
+from hightide.history.events import EMITTER, payload_of, payload_schema
 from hightide.history.findings import finding_columns
 from hightide.protocol import events
 
@@ -62,7 +62,7 @@ def group_events(events_frame: DataFrame) -> DataFrame:
         "position",
         "wall_ms",
         "type",
-        F.from_json("payload", group_schema()).alias("_p"),
+        payload_of(group_schema(), types).alias("_p"),
     )
     process = Window.partitionBy(*EMITTER, "incarnation").orderBy("position")
     emitter = process.rowsBetween(UNBOUNDED, Window.currentRow)

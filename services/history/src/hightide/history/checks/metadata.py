@@ -25,7 +25,7 @@ from hightide.audit.checks.metadata import (
     TERM_EVENTS,
 )
 from hightide.audit.rebuild import NO_TERM
-from hightide.history.events import payload_schema
+from hightide.history.events import payload_of, payload_schema
 from hightide.history.findings import finding_columns
 from hightide.protocol import events
 
@@ -55,8 +55,8 @@ _BROKER_EVENT: Final = T.StructType(
 
 
 def metadata_order(lake_events: DataFrame) -> DataFrame:
-    """The committed metadata events of `TERM_EVENTS` with `event_id`, `type`, `payload`, `topic`, the `ORDER`
-    columns, `life` and `min_isr` (null when the history cannot tell). Computed once per lake DataFrame and
+    """The committed metadata events of `TERM_EVENTS` with `event_id`, `type`, their typed payloads, `topic`, the
+    `ORDER` columns, `life` and `min_isr` (null when the history cannot tell). Computed once per lake DataFrame and
     checkpointed (the checks of this group all start from it; it is small, the controllers' decisions only)."""
     held = _ORDERS.get(lake_events)
     if held is None:
@@ -73,17 +73,17 @@ def forget(lake_events: DataFrame) -> None:
 
 
 def _metadata_order(lake_events: DataFrame) -> DataFrame:
-    names = [cls.TYPE for cls in TERM_EVENTS]
-    rows = lake_events.where(F.col("type").isin(*names, events.ControllerElected.TYPE)).select(
+    names = [*(cls.TYPE for cls in TERM_EVENTS), events.ControllerElected.TYPE]
+    rows = lake_events.where(F.col("type").isin(*names)).select(
         "event_id",
         "type",
-        "payload",
+        *names,  # the typed payloads (`typed` reads them)
         "service",
         "emitter_id",
         "incarnation",
         "wall_ms",
         "position",
-        F.from_json("payload", _STAMP).alias("_s"),
+        payload_of(_STAMP, names).alias("_s"),
     )
     emitter = Window.partitionBy("service", "emitter_id").orderBy("position")
     is_elected = F.col("type") == events.ControllerElected.TYPE
@@ -119,13 +119,13 @@ def _without_abandoned(lake_events: DataFrame, decided: DataFrame) -> DataFrame:
     stamp_epoch, stamp_offset = F.col("_s.controller_epoch"), F.col("_s.metadata_offset")
     stamped = stamp_epoch.isNotNull() & stamp_offset.isNotNull() & (stamp_epoch >= 0) & (stamp_offset >= 0)
     elected = lake_events.where(F.col("type") == events.ControllerElected.TYPE).select(
-        F.from_json("payload", _STAMP).alias("_t")
+        F.col(events.ControllerElected.TYPE).alias("_t")
     )
     takeovers = elected.where(F.col("_t.metadata_offset") >= 0).select(
         F.col("_t.controller_epoch").alias("taken_epoch"), F.col("_t.metadata_offset").alias("takeover")
     )
     deposed = lake_events.where(F.col("type") == events.ControllerDeposed.TYPE).select(
-        "service", "emitter_id", "position", F.from_json("payload", _STAMP).alias("_t")
+        "service", "emitter_id", "position", F.col(events.ControllerDeposed.TYPE).alias("_t")
     )
     fenced = (
         deposed.where((F.col("_t.reason") == "append_fenced") & (F.col("_t.metadata_offset") >= 0))
@@ -141,8 +141,8 @@ def _with_min_isr(ordered: DataFrame) -> DataFrame:
     """`life` (TopicCreated of the topic so far, this one included) and `min_isr` (the last value a TopicCreated
     or a TopicConfigsAltered naming min.insync.replicas set; for none or a removed one, the deciding controller's
     own, null where its ControllerElected does not say)."""
-    configs = F.from_json("payload", T.StructType([T.StructField("configs", T.ArrayType(T.ArrayType(T.StringType())))]))
-    named = F.filter(configs.getField("configs"), lambda c: c[0] == F.lit(MIN_INSYNC_REPLICAS))
+    configs = F.coalesce(F.col(events.TopicCreated.TYPE).configs, F.col(events.TopicConfigsAltered.TYPE).configs)
+    named = F.filter(configs, lambda c: c[0] == F.lit(MIN_INSYNC_REPLICAS))
     created = F.col("type") == events.TopicCreated.TYPE
     altered = (F.col("type") == events.TopicConfigsAltered.TYPE) & (F.size(named) > 0)
     value = F.trim(F.element_at(named, -1)[1]).try_cast("int")  # the last one named, as a dict of them keeps
@@ -162,8 +162,9 @@ def typed(order: DataFrame, event_class: type[events.Event]) -> DataFrame:
     schema = payload_schema(event_class)
     base = ["event_id", *ORDER, "life", "min_isr", "topic"]  # `topic` as metadata_order partitioned it
     fields = [name for name in schema.fieldNames() if name != "topic"]
-    parsed = order.where(F.col("type") == event_class.TYPE).withColumn("_p", F.from_json("payload", schema))
-    return parsed.select(*base, *[F.col("_p").getField(name).alias(name) for name in fields])
+    payload = F.col(event_class.TYPE)
+    rows = order.where(F.col("type") == event_class.TYPE)
+    return rows.select(*base, *[payload.getField(name).alias(name) for name in fields])
 
 
 def _listed(brokers: Column) -> Column:
@@ -205,7 +206,7 @@ def one_leader_per_epoch(lake_events: DataFrame) -> DataFrame:
         )
     )
     became = lake_events.where(F.col("type") == events.BecameLeader.TYPE).select(
-        "event_id", F.from_json("payload", _BROKER_EVENT).alias("_b")
+        "event_id", payload_of(_BROKER_EVENT, [events.BecameLeader.TYPE]).alias("_b")
     )
     claims = (
         became.select("event_id", "_b.topic", "_b.partition", "_b.leader_epoch", "_b.replica")
@@ -285,7 +286,7 @@ def _replica_epochs_down(lake_events: DataFrame) -> DataFrame:
     incarnation (a LogDeleted starts a new one)."""
     kinds = (events.BecameLeader.TYPE, events.BecameFollower.TYPE, events.LogDeleted.TYPE)
     rows = lake_events.where((F.col("service") == "broker") & F.col("type").isin(*kinds)).select(
-        "event_id", "type", "emitter_id", "incarnation", "position", F.from_json("payload", _BROKER_EVENT).alias("_b")
+        "event_id", "type", "emitter_id", "incarnation", "position", payload_of(_BROKER_EVENT, kinds).alias("_b")
     )
     rows = rows.select("event_id", "type", "emitter_id", "incarnation", "position", "_b.*")
     replica_log = Window.partitionBy("emitter_id", "incarnation", "topic", "partition").orderBy("position")
@@ -391,7 +392,7 @@ def election_from_isr_or_elr(lake_events: DataFrame) -> DataFrame:
     key = ["topic", "life", "partition"]
     order = metadata_order(lake_events)
     both = order.where(F.col("type").isin(events.PartitionChanged.TYPE, events.LeaderElected.TYPE))
-    parsed = both.withColumn("_p", F.from_json("payload", _ELECTION))
+    parsed = both.withColumn("_p", payload_of(_ELECTION, [events.PartitionChanged.TYPE, events.LeaderElected.TYPE]))
     fields = [F.col("_p").getField(name).alias(name) for name in _ELECTION.fieldNames() if name != "topic"]
     rows = parsed.select("event_id", "type", "life", "topic", *ORDER, *fields)
     is_change = F.col("type") == events.PartitionChanged.TYPE

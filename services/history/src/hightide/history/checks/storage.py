@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from hightide.audit.checks.storage import NAME, SERVING_TYPES
+from hightide.history.events import payload_of
 from hightide.history.findings import finding_columns
 from hightide.protocol import events
 
@@ -39,9 +40,7 @@ def storage_refusal_takes_replica_offline(lake_events: DataFrame) -> DataFrame:
     # Only a replica of an incarnation whose storage refused something can break the rule: its rows alone are
     # parsed and ordered, not the whole lake's fetches and produces (few keys, so the semi-join is broadcast).
     refusing = placed.where(F.col("type") == REFUSED).select(*_REPLICA).distinct()
-    rows = placed.join(F.broadcast(refusing), list(_REPLICA), "left_semi").withColumn(
-        "_p", F.from_json("payload", _PAYLOAD)
-    )
+    rows = placed.join(F.broadcast(refusing), list(_REPLICA), "left_semi").withColumn("_p", payload_of(_PAYLOAD, names))
     # A failed answer (a FetchServed or ProduceCompleted whose error is not NONE) is not service.
     serving = F.col("type").isin(*SERVING_TYPES) & F.coalesce(F.col("_p.error") == "NONE", F.lit(True))
     # The rows after each row, as a growing frame over the reversed order: Spark folds a frame that starts at the
