@@ -1,5 +1,4 @@
-"""The history's Spark sessions resolve each JVM name once (`hightide.history.spark.resolve_names_once`), and
-start their JVMs with the compiler options of their kind of job.
+"""The history's Spark sessions resolve each JVM name once (`hightide.history.spark.resolve_names_once`).
 
 Method: the tier's session (which the fixture makes as the commands do) is asked for classes and static members
 through its py4j view, with the gateway client's commands counted: a second look-up of the same class or static
@@ -14,8 +13,6 @@ from typing import Any
 import pytest
 from py4j.protocol import MEMORY_COMMAND_NAME, MEMORY_DEL_SUBCOMMAND_NAME, Py4JError
 from pyspark.sql import SparkSession
-
-from hightide.history.spark import _builder
 
 # The first two lines of py4j's release of a Java object: the memory command, its delete subcommand.
 RELEASE = (MEMORY_COMMAND_NAME + MEMORY_DEL_SUBCOMMAND_NAME).rstrip("\n")
@@ -65,18 +62,3 @@ def test_a_static_field_is_read_each_time_and_an_unknown_name_is_not_kept(spark:
         integer.noSuchMember  # noqa: B018
     with pytest.raises(Py4JError):
         integer.noSuchMember  # noqa: B018
-
-
-def test_a_long_job_compiles_methods_of_any_size_and_a_short_one_stays_on_the_client_compiler() -> None:
-    """A long job's fused stages over the lake's typed payloads make generated methods over HotSpot's 8,000-byte
-    limit, which it would otherwise interpret (`hightide.history.spark`); a short job's JVM compiles little at all."""
-    long = _builder("local[2]", "t", False, [], False)._options
-    short = _builder("local[2]", "t", True, [], False)._options
-
-    assert "-XX:-DontCompileHugeMethods" in long["spark.driver.extraJavaOptions"].split()
-    assert long["spark.executor.extraJavaOptions"] == "-XX:-DontCompileHugeMethods"
-    assert "-XX:TieredStopAtLevel=1" in short["spark.driver.extraJavaOptions"].split()
-    assert "-XX:-DontCompileHugeMethods" not in short["spark.driver.extraJavaOptions"].split()
-    assert "spark.executor.extraJavaOptions" not in short
-    # under spark-submit the submitter's JVM options hold
-    assert "spark.driver.extraJavaOptions" not in _builder(None, "t", False, [], True)._options

@@ -29,7 +29,8 @@ def run_audit(spark: SparkSession, lake: Path, *, cache: bool | None = None) -> 
     cannot be read as ours, before Spark reads anything. `cache`: whether the checks read the lake from a cache
     (`prepare`); by default where it holds copies or is small, as `prepare` says."""
     size = check_lake(lake)
-    with shuffle_partitions(spark, partitions_for(size, spark)):
+    settings = {SHUFFLE_PARTITIONS: str(partitions_for(size, spark)), HUGE_METHOD_LIMIT: str(HOTSPOT_HUGE_METHOD)}
+    with session_settings(spark, settings):
         ordered = ordered_lake(spark, lake)
         if cache is None:
             cache = ordered.copies or size <= EVENTS_PER_PARTITION
@@ -65,20 +66,35 @@ def partitions_for(size: int, spark: SparkSession) -> int:
     return max(1, min(most, math.ceil(size / EVENTS_PER_PARTITION)))
 
 
+SHUFFLE_PARTITIONS: Final = "spark.sql.shuffle.partitions"
+HUGE_METHOD_LIMIT: Final = "spark.sql.codegen.hugeMethodLimit"
+HOTSPOT_HUGE_METHOD: Final = 8_000
+"""The audit's `spark.sql.codegen.hugeMethodLimit`: HotSpot never compiles a method over 8,000 bytes of bytecode
+(`-XX:+DontCompileHugeMethods`, its default) and interprets it on every call, so Spark is told to give up fusing a
+stage into generated code (falling back to its operators one by one) rather than make such a method; Spark's own
+documentation suggests this value on HotSpot. Reading the lake's typed payload columns instead of parsing JSON
+(`from_json` cannot be fused, which kept the stages' methods small) made the replica stream's map side one such
+method. On the 10M-event bench lake (2026-12-03, local[2], quiet, each after three rebuilds in its JVM): the audit
+317.2 s with Spark's default (65,535) and 244.9 s with this, against 269.6 s for the code before lake format 2 on
+the same history in format 1 (its JSON parsed). Compiling the huge methods instead (`-XX:-DontCompileHugeMethods`, a JVM flag) gave the audit 225.9 s but
+slowed the rebuild's windows in the same JVM (its warm runs 29.7-30.7 -> 39.2-46.9 s), so it is not used."""
+
+
 @contextlib.contextmanager
-def shuffle_partitions(spark: SparkSession, partitions: int) -> Iterator[None]:
-    """`spark.sql.shuffle.partitions` set to `partitions` for the block, the session's own value restored after (a
-    long-lived session, like the tests', audits many histories and runs other jobs)."""
-    key = "spark.sql.shuffle.partitions"
-    held = spark.conf.get(key)
-    spark.conf.set(key, str(partitions))
+def session_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """The SQL `settings` set for the block, the session's own values restored after (a long-lived session, like
+    the tests', audits many histories and runs other jobs)."""
+    held = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
-        if held is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, held)
+        for key, value in held.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 NOT_CACHED: Final = ("stream_sequence", "time", "mono_ns", "version", "payload", "event_id")

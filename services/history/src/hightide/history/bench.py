@@ -349,6 +349,17 @@ then skip the groups a check's types are not in; 136 -> 167 MB): a rare type's s
 203.5 -> 203.6 s; `of_types` parsing each type against its own struct instead of the union of their fields: the
 stream's read 17.2-18.8 -> 17.3-18.0 s; the rebuild with its lake read as 20 tasks instead of 3 and its shuffles not
 coalesced (3 tasks on two cores leave one idle): 38.9 / 29.3 -> 36.7 / 29.7 s.
+Lake format 2 (2026-12-03, the typed payload columns in the lake itself; `/work/prof/s48/reb.py`, not committed: a
+session as the commands make it, the bench's rebuild three times, then `run_audit`; quiet, local[2]; this machine ran
+about 30% slower than the day before). The code before it on the 10M history in format 1: rebuild 57.6 / 43.5 /
+45.6 s, audit 269.6 s. This code on the same history in format 2: rebuild 43.5 / 30.7 / 29.7 s and, in a second
+JVM, 50.3 / 36.4 / 31.5 s (warm about 165k events/s per core); the audit 244.9 s with its
+`spark.sql.codegen.hugeMethodLimit` of 8,000 (`audit.HOTSPOT_HUGE_METHOD`), 317.2 s without. Same findings. Per
+stage (Spark UI, warm): the rebuild's map side (scan, replica rows, shuffle write) 28.2 -> 7.7-12.5 s of executor
+CPU; its window stage 12.5 s before and 12-27 s now, varying from JVM to JVM. The controller side's checkpoint kept
+every type's typed column at first (10.4-12.2 s of CPU to keep nulls); it keeps its own types' only (4.9-5.1 s).
+Measured and not kept: `-XX:-DontCompileHugeMethods` (the audit 225.9 s, the rebuild 62.9 / 46.9 / 39.2 s: its
+window stage 27-36 s of CPU).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from hightide.history.events import Bounds, event_id_column, order_events, payload_of
+from hightide.history.events import PAYLOAD_STRUCTS, Bounds, event_id_column, order_events, payload_of
 from hightide.protocol import events as ev
 
 REPLICA_KEY: Final = ("topic", "partition", "replica")
@@ -592,10 +592,17 @@ def controller_side(events: DataFrame) -> DataFrame:
     combines its rows is a window function over that one partition (`decided_events`, `offline_replicas`,
     `partition_timeline`), not a join: a sort-merge join would shuffle both sides into the default partitions
     again, and a broadcast join runs a job of its own for each broadcast. The checkpoint is eager: computed as it is
-    made, once (lazily, the first jobs to read it computed it, and the ordered events under it, each on its own)."""
+    made, once (lazily, the first jobs to read it computed it, and the ordered events under it, each on its own).
+    It keeps the typed payload columns of its own types only, and no JSON payload: the checkpoint would otherwise
+    read every other type's column (and the payloads) of every event of the lake to keep nulls (at 10M events the
+    stage that makes it took 10.4-12.2 s of executor CPU with them, against 2.9 s when it kept `payload` alone)."""
     held = _CONTROLLER_SIDE.get(events)
     if held is None:
-        rows = events.where(F.col("type").isin(*CONTROLLER_TYPES, *STAMPED_TYPES)).repartition(1)
+        own = {*CONTROLLER_TYPES, *STAMPED_TYPES}
+        columns = [
+            name for name in events.columns if name != "payload" and (name not in PAYLOAD_STRUCTS or name in own)
+        ]
+        rows = events.where(F.col("type").isin(*own)).select(*columns).repartition(1)
         held = _CONTROLLER_SIDE[events] = rows.localCheckpoint(eager=True)
     return held
 

@@ -13,12 +13,13 @@ they won back: on the 1M lake's `rebuild --at` the driver JVM's CPU fell from 28
 It also collects with the parallel collector rather than G1, whose concurrent threads take a core of two from a
 job of seconds: `rebuild --at`'s first query on the 1M lake (with the class archive, quiet, A/B) 8.0-9.3 s against
 8.5-10.6 s with G1.
-Long jobs (a rebuild of the whole history, the audit) keep the optimising compiler, and let it compile methods of
-any size (`-XX:-DontCompileHugeMethods`, driver and executors: `LONG_JOB_JAVA_OPTIONS`). Without that, HotSpot never
-compiles a method over 8,000 bytes of bytecode and interprets it on every call; reading the lake's typed payload
-columns (no `from_json`, which cuts a stage's generated code in two) lets Spark fuse a whole map side into one such
-method. The replica stream's map stage on the 10M bench lake took 73.7 s of executor CPU interpreted and 12.2 s
-compiled (2026-12-03, local[2]); on the JSON payloads the flag changed nothing (the audit 203.5 / 204.5 s).
+Long jobs (a rebuild of the whole history, the audit) keep the default: the optimised code pays off there. They
+also keep HotSpot's refusal to compile methods over 8,000 bytes of bytecode, though reading the lake's typed payload
+columns (no `from_json`, which cuts a stage's generated code in two) lets Spark fuse whole map sides into such
+methods, which then run interpreted. Compiling them (`-XX:-DontCompileHugeMethods`) was measured on the 10M bench
+lake (2026-12-03, local[2], fresh JVMs, quiet): the audit 254.7 -> 225.9 s, but the rebuild's second and third runs
+33.1-34.5 -> 39.2-46.9 s, its window stage's executor CPU 12-27 -> 27-36 s (the huge methods queue ahead of the hot
+ones for the optimising compiler on two cores), so it is not set here.
 
 A short session also runs without generated code (`INTERPRETED`: whole-stage code generation off, expressions
 interpreted): for a few thousand rows, compiling each plan's classes with Janino in a cold JVM costs more than it wins.
@@ -71,7 +72,6 @@ DRIVER_MEMORY: Final = "4g"
 LOOPBACK: Final = "127.0.0.1"
 LOG4J2_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
 SHORT_JOB_JAVA_OPTIONS: Final = "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC"
-LONG_JOB_JAVA_OPTIONS: Final = "-XX:-DontCompileHugeMethods"
 INTERPRETED: Final = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",  # expressions, projections and orderings interpreted
@@ -120,10 +120,9 @@ def _builder(
         builder = builder.config("spark.pyspark.python", sys.executable).config("spark.driver.memory", DRIVER_MEMORY)
         # The driver's own JVM: quiet from its first line (setLogLevel below only applies once it is up).
         java_options = [f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}", *archive]
-        java_options.append(SHORT_JOB_JAVA_OPTIONS if short else LONG_JOB_JAVA_OPTIONS)
+        if short:
+            java_options.append(SHORT_JOB_JAVA_OPTIONS)
         builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options))
-        if not short:  # executors of a cluster run the same generated code in JVMs of their own
-            builder = builder.config("spark.executor.extraJavaOptions", LONG_JOB_JAVA_OPTIONS)
     if on_this_machine(master or ("" if submitted else DEFAULT_MASTER)):
         builder = builder.config("spark.driver.bindAddress", LOOPBACK).config("spark.driver.host", LOOPBACK)
     builder = (
