@@ -76,8 +76,9 @@ documentation suggests this value on HotSpot. Reading the lake's typed payload c
 (`from_json` cannot be fused, which kept the stages' methods small) made the replica stream's map side one such
 method. On the 10M-event bench lake (2026-12-03, local[2], quiet, each after three rebuilds in its JVM): the audit
 317.2 s with Spark's default (65,535) and 244.9 s with this, against 269.6 s for the code before lake format 2 on
-the same history in format 1 (its JSON parsed). Compiling the huge methods instead (`-XX:-DontCompileHugeMethods`, a JVM flag) gave the audit 225.9 s but
-slowed the rebuild's windows in the same JVM (its warm runs 29.7-30.7 -> 39.2-46.9 s), so it is not used."""
+the same history in format 1 (its JSON parsed). Compiling the huge methods instead (`-XX:-DontCompileHugeMethods`,
+a JVM flag) gave the audit 225.9 s but slowed the rebuild's windows in the same JVM (its warm runs 29.7-30.7 ->
+39.2-46.9 s), so it is not used."""
 
 
 @contextlib.contextmanager
@@ -90,11 +91,11 @@ def session_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[
     try:
         yield
     finally:
-        for key, value in held.items():
-            if value is None:
+        for key, before in held.items():
+            if before is None:
                 spark.conf.unset(key)
             else:
-                spark.conf.set(key, value)
+                spark.conf.set(key, before)
 
 
 NOT_CACHED: Final = ("stream_sequence", "time", "mono_ns", "version", "payload", "event_id")
