@@ -129,9 +129,9 @@ def read_files(spark: SparkSession, paths: Sequence[Path]) -> DataFrame:
 
 
 def with_payload_columns(rows: DataFrame) -> DataFrame:
-    """Lake rows without typed payload columns (`ENVELOPE_SCHEMA`'s: a format-1 file's, or a snapshot's of an
-    older format) with them, each type's parsed from the payloads of its rows (null on the others), as a format-2
-    file holds them. Only the columns a query reads are parsed (Spark prunes the others)."""
+    """Lake rows without typed payload columns (`ENVELOPE_SCHEMA`'s: a format-1 file's) with them, each type's
+    parsed from the payloads of its rows (null on the others), as a format-2 file holds them. Only the columns a
+    query reads are parsed (Spark prunes the others)."""
     kind = F.col("type")
     typed = [
         F.when(kind == name, F.from_json("payload", struct)).alias(name) for name, struct in PAYLOAD_STRUCTS.items()
