@@ -23,6 +23,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from hightide.history.spark import read_tasks
 from hightide.lake.layout import scan_lake
 from hightide.lake.reader import part_format
 from hightide.lake.schema import PAYLOAD_TYPES
@@ -102,9 +103,9 @@ class OrderedLake:
 def ordered_lake(spark: SparkSession, lake: Path) -> OrderedLake:
     """`read_lake`'s frame with what its incarnations' bounds found of copies."""
     paths = [part.path for part in scan_lake(lake).files]
-    if not paths:
-        return OrderedLake(with_order(read_files(spark, paths)), copies=False)
     raw = read_files(spark, paths)
+    if not paths:
+        return OrderedLake(with_order(raw), copies=False)
     bounds = incarnation_bounds(raw)
     return OrderedLake(with_order(raw, bounds), bounds.copies)
 
@@ -112,10 +113,12 @@ def ordered_lake(spark: SparkSession, lake: Path) -> OrderedLake:
 def read_files(spark: SparkSession, paths: Sequence[Path]) -> DataFrame:
     """The rows of these lake files as `LAKE_SCHEMA`, each file checked to be ours (NotOurFile) and read by its
     format (from its footer): format 2 as it is (a type the file does not hold reads as nulls), format 1 with each
-    type's payload column parsed from its payloads (`with_payload_columns`)."""
+    type's payload column parsed from its payloads (`with_payload_columns`). The session's scans are then cut for
+    these files (`hightide.history.spark.read_tasks`)."""
     by_format: dict[int, list[str]] = {}
     for path in paths:
         by_format.setdefault(part_format(path), []).append(str(path))
+    read_tasks(spark, [path.stat().st_size for path in paths])
     frames = []
     if 2 in by_format:
         frames.append(spark.read.schema(LAKE_SCHEMA).parquet(*by_format[2]))

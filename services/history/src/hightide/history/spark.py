@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 from urllib.parse import urlparse
@@ -77,14 +78,19 @@ INTERPRETED: Final = {
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",  # expressions, projections and orderings interpreted
 }
 SMALL_HISTORY_EVENTS: Final = 100_000
-# A long job's stages in tasks enough that the cores end them together. Spark cuts a scan into splits of the lake's
-# bytes over the cores (each file counted 4 MB more), packed file by file, and adaptive execution merges shuffle
-# partitions into ~64 MB: the 10M bench lake (41 files, 152 MB) was read in 3 tasks and its 169 MB shuffle went to
-# the windows in 3, so on two cores each such stage ran two tasks, then one alone. With the scans cut for four tasks
-# a core (a cluster's large lakes keep Spark's 128 MB cap) and the shuffles merged to 16 MB at most (tiny ones
-# still into one: Spark keeps partitions of 1 MB at least), those stages ran 10 and 8 tasks and the warm rebuild
-# went from 24.7-29.7 s to 21.0-22.9 s (measured the same day, fresh JVMs, local[2], quiet).
+# Stages in tasks enough that the cores end them together. On two cores a stage of three tasks runs two, then one
+# alone. Spark cuts a scan into splits of the bytes over the cores (each file counted `FILE_OPEN_BYTES` more, packed
+# file by file), and adaptive execution merges shuffle partitions into ~64 MB: the 10M bench lake (41 files, 152 MB)
+# was read in 3 tasks and its 169 MB shuffle went to the rebuild's windows in 3. A read of the lake's files asks for
+# a task per `READ_TASK_BYTES` of them, within one and `READ_TASKS_PER_CORE` per core (`read_tasks`: a large lake
+# keeps Spark's 128 MB cap, a small one Spark's split), and a long job's shuffles merge to `SHUFFLE_TASK_BYTES` at
+# most (tiny ones still into one: Spark keeps partitions of 1 MB at least). Those two stages then ran 10 and 8
+# tasks, and the 10M rebuild went from 24.7-29.7 s warm to 21.0-24.2 s (fresh JVMs, local[2], quiet; the bench's
+# docstring has the figures). Four tasks a core for any lake made the 1M audit 6 s slower (its ~40 scans of a
+# 15 MB lake in 5 tasks each, not 2).
 READ_TASKS_PER_CORE: Final = 4
+READ_TASK_BYTES: Final = 32 * 1024 * 1024
+FILE_OPEN_BYTES: Final = 4 * 1024 * 1024  # spark.sql.files.openCostInBytes, Spark's default
 SHUFFLE_TASK_BYTES: Final = "16m"
 # PySpark 4 records the Python call site of every DataFrame and Column function it is given (for error messages'
 # query context) by walking the stack and setting it in the JVM around the call: five py4j calls besides the
@@ -120,10 +126,20 @@ def session(
 
 
 def even_waves(spark: SparkSession) -> None:
-    """Cut a long job's stages into enough tasks that the cores finish together (see `READ_TASKS_PER_CORE`)."""
-    cores = max(int(spark.sparkContext.defaultParallelism), 1)
-    spark.conf.set("spark.sql.files.minPartitionNum", str(READ_TASKS_PER_CORE * cores))
+    """A long job's shuffles merged into partitions of `SHUFFLE_TASK_BYTES` at most (see `READ_TASKS_PER_CORE`)."""
     spark.conf.set("spark.sql.adaptive.advisoryPartitionSizeInBytes", SHUFFLE_TASK_BYTES)
+
+
+def read_tasks(spark: SparkSession, sizes: Sequence[int]) -> int:
+    """Set how many tasks at least the session's scans of files of these byte sizes are cut into: one per
+    `READ_TASK_BYTES` (each file counted as Spark counts it), within one and `READ_TASKS_PER_CORE` per core (see
+    there). The setting holds for every scan the session plans after it (the jobs read one lake a session); what
+    it was set to."""
+    cores = max(int(spark.sparkContext.defaultParallelism), 1)
+    counted = sum(size + FILE_OPEN_BYTES for size in sizes)
+    tasks = max(cores, min(READ_TASKS_PER_CORE * cores, counted // READ_TASK_BYTES))
+    spark.conf.set("spark.sql.files.minPartitionNum", str(tasks))
+    return tasks
 
 
 def _builder(
