@@ -360,6 +360,32 @@ CPU; its window stage 12.5 s before and 12-27 s now, varying from JVM to JVM. Th
 every type's typed column at first (10.4-12.2 s of CPU to keep nulls); it keeps its own types' only (4.9-5.1 s).
 Measured and not kept: `-XX:-DontCompileHugeMethods` (the audit 225.9 s, the rebuild 62.9 / 46.9 / 39.2 s: its
 window stage 27-36 s of CPU).
+Even waves (2026-12-03, the same machine later that day; /work/prof/s49/, not committed). On two cores a stage of
+three tasks runs two, then one alone, and the 10M rebuild's three big stages had three: the lake's 41 files (152 MB)
+read in 3 splits, the replica fold's 169 MB shuffle merged into 3 partitions for its windows. A read now asks for a
+task per 32 MB of files, within one and four a core (`spark.read_tasks`), and a long job's shuffles merge to 16 MB
+at most (`spark.even_waves`): 10 or 8 read tasks, 8 window tasks, the same executor CPU. The rebuild, three in a
+fresh JVM: 35.9 / 24.7 s before (the UI on), 34.6 / 23.0 / 22.2 and 35.0 / 24.2 / 22.9 s after; the audit 244.9 s
+the day before, 218.4 s after (a fresh JVM each). Four read tasks a core for every lake looked slower on the 1M
+audit (its ~40 scans of a 15 MB lake in 5 tasks each, not 2): 79.6 / 83.9 s against 73.4 / 77.0 s, alternated; with
+the 32 MB rule, which leaves that lake Spark's 2, 77.3 / 84.0 s, so within this machine's noise, but a task per
+3.7 MB file buys nothing, and small lakes keep Spark's split.
+(Four a core with unmerged shuffles was tried on the JSON lake at stop 47 and gained nothing there: its map side,
+parsing, dominated.) The whole bench then (`python -m hightide.history.bench`, quiet): 1M rebuild 13.6 s (36.8k
+events/s per core), audit 62.5 s, snapshots 56.0 s; 4M rebuild 12.8 s (155.8k), audit 90.2 s, snapshots 179.6 s;
+10M rebuild 23.2 s (215.9k: the goal), read 20.6 s, audit 174.5 s (28.7k), snapshots 468.5 s; `rebuild --at` 3.0-3.2
+s after start-up at the last instant and 3.6-4.3 s at the last full hour's end, at every size. (The 4M and 10M
+figures are of a JVM the smaller sizes warmed: `spark.stop()` between sizes keeps the driver JVM; as a fresh JVM's
+first job the 10M rebuild takes 34.6-38.6 s.) The audit at 10M, each check apart (after the change): the replica
+stream's checkpoint (paid by `hw_within_log`) 61.8 s, the leaders' view (`leader_hw_monotonic`) 36.9 s,
+`committed_prefixes_agree` (the rest of the commits fold) 49.8 s, `leader_completeness` 14.5 s,
+`one_leader_per_epoch` 10.9 s, the other nineteen 52.9 s together: 229.5 s. The stream's window stage takes 52-59 s
+of executor CPU and 79-88 s of task time (the rest is the JVM's compiler and collector threads on the two cores:
+its GC is 6-8 s), and its checkpoint holds 1.9 GB. Measured and not kept: that checkpoint on disk only (the stage
+52.5 s CPU, the check 64.4 s against 68.6 s, within the noise); the window buffers kept in memory up to 1M rows
+(`spark.sql.windowExec.buffer.in.memory.threshold`; Spark's default 4,096): the stage's CPU 59.3 -> 44.1 s but its
+GC 5.8 -> 22.9 s, the check 69.7 s. The rebuild reads no `payload`: Spark prunes the column the folds never read
+(`ordered`'s `when(kept, payload)` included), so dropping it there would change nothing.
 """
 
 from __future__ import annotations

@@ -86,8 +86,8 @@ SMALL_HISTORY_EVENTS: Final = 100_000
 # keeps Spark's 128 MB cap, a small one Spark's split), and a long job's shuffles merge to `SHUFFLE_TASK_BYTES` at
 # most (tiny ones still into one: Spark keeps partitions of 1 MB at least). Those two stages then ran 10 and 8
 # tasks, and the 10M rebuild went from 24.7-29.7 s warm to 21.0-24.2 s (fresh JVMs, local[2], quiet; the bench's
-# docstring has the figures). Four tasks a core for any lake made the 1M audit 6 s slower (its ~40 scans of a
-# 15 MB lake in 5 tasks each, not 2).
+# docstring has the figures). A small lake keeps Spark's split: four tasks a core would cut the 1M lake's 15 MB
+# into a task per 3.7 MB file for each of the audit's ~40 scans, and bought nothing there.
 READ_TASKS_PER_CORE: Final = 4
 READ_TASK_BYTES: Final = 32 * 1024 * 1024
 FILE_OPEN_BYTES: Final = 4 * 1024 * 1024  # spark.sql.files.openCostInBytes, Spark's default
