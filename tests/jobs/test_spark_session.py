@@ -1,4 +1,5 @@
-"""The history's Spark sessions resolve each JVM name once (`hightide.history.spark.resolve_names_once`).
+"""The history's Spark sessions resolve each JVM name once (`hightide.history.spark.resolve_names_once`), and cut
+a lake's scans by its size (`read_tasks`).
 
 Method: the tier's session (which the fixture makes as the commands do) is asked for classes and static members
 through its py4j view, with the gateway client's commands counted: a second look-up of the same class or static
@@ -13,6 +14,8 @@ from typing import Any
 import pytest
 from py4j.protocol import MEMORY_COMMAND_NAME, MEMORY_DEL_SUBCOMMAND_NAME, Py4JError
 from pyspark.sql import SparkSession
+
+from hightide.history.spark import READ_TASKS_PER_CORE, read_tasks
 
 # The first two lines of py4j's release of a Java object: the memory command, its delete subcommand.
 RELEASE = (MEMORY_COMMAND_NAME + MEMORY_DEL_SUBCOMMAND_NAME).rstrip("\n")
@@ -62,3 +65,31 @@ def test_a_static_field_is_read_each_time_and_an_unknown_name_is_not_kept(spark:
         integer.noSuchMember  # noqa: B018
     with pytest.raises(Py4JError):
         integer.noSuchMember  # noqa: B018
+
+
+MB = 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("sizes", "tasks"),
+    [
+        ([int(3.7 * MB)] * 5, 2),  # the 1M bench lake: Spark's own split, a task a core
+        ([int(3.7 * MB)] * 41, 2 * READ_TASKS_PER_CORE),  # the 10M one: 316 MB as Spark counts it, capped
+        ([92 * MB] * 2, 6),  # 192 MB counted: a task per 32 MB
+        ([], 2),  # no file: still a task a core, never none
+    ],
+)
+def test_a_lakes_scans_get_a_task_per_32_mb_from_one_to_four_a_core(
+    spark: SparkSession, sizes: list[int], tasks: int
+) -> None:
+    assert spark.sparkContext.defaultParallelism == 2  # the tier's local[2]
+    key = "spark.sql.files.minPartitionNum"
+    held = spark.conf.get(key, None)
+    try:
+        assert read_tasks(spark, sizes) == tasks
+        assert spark.conf.get(key) == str(tasks)
+    finally:
+        if held is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, held)

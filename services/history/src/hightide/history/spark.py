@@ -82,7 +82,7 @@ SMALL_HISTORY_EVENTS: Final = 100_000
 # alone. Spark cuts a scan into splits of the bytes over the cores (each file counted `FILE_OPEN_BYTES` more, packed
 # file by file), and adaptive execution merges shuffle partitions into ~64 MB: the 10M bench lake (41 files, 152 MB)
 # was read in 3 tasks and its 169 MB shuffle went to the rebuild's windows in 3. A read of the lake's files asks for
-# a task per `READ_TASK_BYTES` of them, within one and `READ_TASKS_PER_CORE` per core (`read_tasks`: a large lake
+# a task per `READ_TASK_BYTES` of them, from one to `READ_TASKS_PER_CORE` a core (`read_tasks`: a large lake
 # keeps Spark's 128 MB cap, a small one Spark's split), and a long job's shuffles merge to `SHUFFLE_TASK_BYTES` at
 # most (tiny ones still into one: Spark keeps partitions of 1 MB at least). Those two stages then ran 10 and 8
 # tasks, and the 10M rebuild went from 24.7-29.7 s warm to 21.0-24.2 s (fresh JVMs, local[2], quiet; the bench's
@@ -132,9 +132,9 @@ def even_waves(spark: SparkSession) -> None:
 
 def read_tasks(spark: SparkSession, sizes: Sequence[int]) -> int:
     """Set how many tasks at least the session's scans of files of these byte sizes are cut into: one per
-    `READ_TASK_BYTES` (each file counted as Spark counts it), within one and `READ_TASKS_PER_CORE` per core (see
-    there). The setting holds for every scan the session plans after it (the jobs read one lake a session); what
-    it was set to."""
+    `READ_TASK_BYTES` (each file counted as Spark counts it), at least one a core and at most `READ_TASKS_PER_CORE`
+    (see there). The setting holds for every scan the session plans after it (the jobs read one lake a session);
+    returns it. It shapes the tasks only, never what a job finds."""
     cores = max(int(spark.sparkContext.defaultParallelism), 1)
     counted = sum(size + FILE_OPEN_BYTES for size in sizes)
     tasks = max(cores, min(READ_TASKS_PER_CORE * cores, counted // READ_TASK_BYTES))
