@@ -388,7 +388,7 @@ GC 5.8 -> 22.9 s, the check 69.7 s. The rebuild reads no `payload`: Spark prunes
 (`ordered`'s `when(kept, payload)` included), so dropping it there would change nothing. The replica stream's
 window passes as three Window operators, not four (`commits.replica_stream`: `_top_entry`'s and
 `_offsets_in_order`'s second-level windows in one pass): its window stage 42.6-43.6 -> 39.5-40.2 s of executor CPU,
-two pairs alternated (the check 56.9 -> 53.4 s in the first). Stop 46 tried the same merge on the JSON lake and saw
+two pairs alternated (the check 56.9 -> 53.4 s in the first). Stop 45 tried the same merge on the JSON lake and saw
 nothing in the whole audit's wall time (212.1 / 214.7 s), where a stage's CPU shows it.
 """
 
